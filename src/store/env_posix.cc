@@ -1,0 +1,275 @@
+// The POSIX Env: plain open/write/fsync/rename with O_CLOEXEC on every descriptor.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "store/env.h"
+
+namespace cohort::store {
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+namespace {
+
+Status WriteAll(int fd, const std::byte* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + path, errno);
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Append(std::span<const std::byte> data) override {
+    return WriteAll(fd_, data.data(), data.size(), path_);
+  }
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Status::FromErrno("fsync " + path_, errno);
+    return Status::OK();
+  }
+  Status Close() override {
+    int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0 && ::close(fd) != 0) return Status::FromErrno("close " + path_, errno);
+    return Status::OK();
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+class PosixMappedFile final : public MappedFile {
+ public:
+  PosixMappedFile(std::string path, void* addr, size_t size)
+      : path_(std::move(path)), addr_(addr), size_(size) {}
+  ~PosixMappedFile() override {
+    if (addr_ != nullptr) ::munmap(addr_, size_);
+  }
+  const std::byte* data() const override {
+    static const std::byte kEmpty{};
+    return addr_ != nullptr ? static_cast<const std::byte*>(addr_) : &kEmpty;
+  }
+  size_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  void* addr_;
+  size_t size_;
+};
+
+// fcntl locks belong to the process, so a second lock from this process would succeed;
+// like LevelDB, keep a table of the paths this process has locked.
+class LockTable {
+ public:
+  bool Insert(const std::string& path) {
+    std::lock_guard<std::mutex> guard(mu_);
+    return paths_.insert(path).second;
+  }
+  void Remove(const std::string& path) {
+    std::lock_guard<std::mutex> guard(mu_);
+    paths_.erase(path);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> paths_;
+};
+
+LockTable& Locks() {
+  static auto* table = new LockTable();
+  return *table;
+}
+
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override {
+    struct flock f {};
+    f.l_type = F_UNLCK;
+    f.l_whence = SEEK_SET;
+    ::fcntl(fd_, F_SETLK, &f);
+    ::close(fd_);
+    Locks().Remove(path_);
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::FromErrno("create " + path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
+  Result<std::string> ReadFileToString(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open " + path, errno);
+    std::string out;
+    char buf[1 << 16];
+    for (;;) {
+      ssize_t r = ::read(fd, buf, sizeof(buf));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        return Status::FromErrno("read " + path, err);
+      }
+      if (r == 0) break;
+      out.append(buf, static_cast<size_t>(r));
+    }
+    ::close(fd);
+    return out;
+  }
+
+  Result<std::shared_ptr<const MappedFile>> MapReadOnly(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open " + path, errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno("stat " + path, err);
+    }
+    size_t size = static_cast<size_t>(st.st_size);
+    void* addr = nullptr;
+    if (size > 0) {
+      addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      if (addr == MAP_FAILED) {
+        int err = errno;
+        ::close(fd);
+        return Status::FromErrno("mmap " + path, err);
+      }
+    }
+    ::close(fd);  // the mapping keeps the file alive
+    return std::shared_ptr<const MappedFile>(new PosixMappedFile(path, addr, size));
+  }
+
+  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return Status::FromErrno("list " + dir, errno);
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(std::move(name));
+    }
+    ::closedir(d);
+    return names;
+  }
+
+  Status CreateDir(const std::string& dir) override {
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      if (errno == EEXIST) return Status::AlreadyExists(dir + " already exists");
+      return Status::FromErrno("mkdir " + dir, errno);
+    }
+    return Status::OK();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return Status::FromErrno("remove " + path, errno);
+    return Status::OK();
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return Status::FromErrno("rename " + from + " to " + to, errno);
+    }
+    return Status::OK();
+  }
+
+  Status LinkOrCopyFile(const std::string& from, const std::string& to) override {
+    if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
+      return Status::FromErrno("link " + from + " to " + to, errno);
+    }
+    COHORT_ASSIGN_OR_RETURN(auto src, MapReadOnly(from));
+    COHORT_ASSIGN_OR_RETURN(auto dst, NewWritableFile(to));
+    COHORT_RETURN_IF_ERROR(dst->Append(std::span<const std::byte>(src->data(), src->size())));
+    COHORT_RETURN_IF_ERROR(dst->Sync());
+    return dst->Close();
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open directory " + dir, errno);
+    int rc = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0) return Status::FromErrno("fsync directory " + dir, err);
+    return Status::OK();
+  }
+
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    if (!Locks().Insert(path)) {
+      return Status::Busy(path + " is already locked by this process");
+    }
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      Locks().Remove(path);
+      return Status::FromErrno("open lock file " + path, errno);
+    }
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_SETLK, &f) != 0) {
+      int err = errno;
+      std::string holder;
+      char buf[32] = {};
+      if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) holder = std::string(" (pid ") + buf + ")";
+      while (!holder.empty() && (holder.back() == '\n')) holder.pop_back();
+      ::close(fd);
+      Locks().Remove(path);
+      if (err == EACCES || err == EAGAIN) {
+        return Status::Busy(path + " is held by another writer" + holder);
+      }
+      return Status::FromErrno("lock " + path, err);
+    }
+    // Record the holder for the message a second writer gets; advisory only.
+    std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+    return std::unique_ptr<FileLock>(new PosixFileLock(path, fd));
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static auto* env = new PosixEnv();
+  return env;
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,96 @@
+// Manifest: what one generation of a store is, and the files that name generations.
+//
+// A manifest lists, for every table, its schema, its live-rows file and the segments those
+// rows point into, with each file's size and CRC-32. Manifests and CURRENT are the only
+// store files ever replaced atomically; docs/store-format.md is the normative description.
+//
+// Thread-safety: free functions; Manifest is a plain value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "store/env.h"
+#include "store/schema.h"
+
+namespace cohort::store {
+
+inline constexpr int kFormatVersion = 1;
+
+struct FileEntry {
+  std::string file;  // base name inside the store directory
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct SegmentEntry {
+  uint64_t id = 0;
+  uint64_t rows = 0;
+  FileEntry x;
+  std::optional<FileEntry> y;  // absent when the table has no labels
+  FileEntry ids;
+};
+
+struct TableEntry {
+  TableSchema schema;
+  FileEntry rows_file;
+  uint64_t row_count = 0;
+  std::vector<SegmentEntry> segments;
+};
+
+struct Origin {
+  std::string store;
+  uint64_t generation = 0;
+};
+
+struct Manifest {
+  uint64_t generation = 0;
+  std::optional<uint64_t> parent;
+  std::string created;  // ISO 8601 UTC with milliseconds
+  std::string note;
+  uint64_t next_segment = 0;
+  uint64_t next_sample_id = 0;
+  std::optional<Origin> origin;
+  std::map<std::string, TableEntry> tables;
+
+  // Every file this generation names (segments and rows files), each once.
+  std::vector<FileEntry> Files() const;
+};
+
+// Row refs in rows files: segment id in the high 32 bits, row within the segment below.
+inline uint64_t MakeRowRef(uint64_t segment, uint64_t row) { return (segment << 32) | row; }
+inline uint64_t RefSegment(uint64_t ref) { return ref >> 32; }
+inline uint64_t RefRow(uint64_t ref) { return ref & 0xffffffffu; }
+
+std::string ManifestFileName(uint64_t generation);                // gen-000042.json
+std::string RowsFileName(const std::string& table, uint64_t generation);  // T-gen-000042.rows.npy
+// kind is "x", "y" or "id": T-seg-000017.x.npy
+std::string SegmentFileName(const std::string& table, uint64_t segment, const char* kind);
+// Parses "gen-000042.json" -> 42; nullopt for other names.
+std::optional<uint64_t> ParseManifestFileName(std::string_view name);
+
+uint32_t Crc32(std::span<const std::byte> data, uint32_t crc = 0);
+uint32_t Crc32(std::string_view data, uint32_t crc = 0);
+std::string NowIso8601();
+
+// The manifest text with its "#crc32=" trailer.
+std::string EncodeManifest(const Manifest& manifest);
+// `path` names the file in error messages.
+Result<Manifest> DecodeManifest(std::string_view text, const std::string& path);
+
+Result<Manifest> ReadManifest(Env* env, const std::string& dir, uint64_t generation);
+// The generation CURRENT names. NotFound if the directory is not a store.
+Result<uint64_t> ReadCurrent(Env* env, const std::string& dir);
+// Writes CURRENT.tmp, syncs it, renames it over CURRENT, syncs the directory.
+Status WriteCurrent(Env* env, const std::string& dir, uint64_t generation);
+// Writes gen-N.json via a synced temp file and a rename (the directory is synced by the caller).
+Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest);
+// Generations that have a manifest file in `dir`, ascending.
+Result<std::vector<uint64_t>> ListManifestGenerations(Env* env, const std::string& dir);
+
+}  // namespace cohort::store

@@ -1,0 +1,50 @@
+// The numpy .npy format, version 1.0: the only array format the store writes.
+//
+// A .npy file is a 6-byte magic "\x93NUMPY", version bytes 1 0, a little-endian uint16
+// header length, an ASCII Python-dict header padded with spaces to a multiple of 64 bytes
+// and ended by '\n', then the raw C-order array data. We write v1.0 and read v1.0, 2.0 and
+// 3.0 headers (2.0/3.0 have a uint32 header length), little-endian or byte-order-free types.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace cohort::store {
+
+enum class Dtype { kUint8, kInt64, kUint64, kFloat32, kFloat64, kInt32 };
+
+// Size in bytes of one element.
+size_t DtypeSize(Dtype d);
+// The numpy descr string: "|u1", "<i8", "<u8", "<f4", "<f8", "<i4".
+const char* DtypeDescr(Dtype d);
+// Human name used in manifests, messages and the CLI: "uint8", "int64", "float32", ...
+const char* DtypeName(Dtype d);
+Result<Dtype> DtypeFromName(const std::string& name);
+
+struct NpyHeader {
+  Dtype dtype = Dtype::kUint8;
+  std::vector<uint64_t> shape;  // empty for a scalar
+  size_t data_offset = 0;       // bytes from the start of the file to the array data
+
+  uint64_t num_elements() const;
+  uint64_t data_bytes() const { return num_elements() * DtypeSize(dtype); }
+};
+
+// The complete v1.0 header (magic through '\n') for a C-order array.
+std::string EncodeNpyHeader(Dtype dtype, std::span<const uint64_t> shape);
+
+// Parses the header at the start of `file`. `name` is used in error messages. Rejects
+// Fortran order, big-endian types, unknown dtypes and a file shorter than its data.
+Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name);
+
+// Shape as "(n, 28, 28)" / "[28, 28]" text for messages.
+std::string ShapeToString(std::span<const uint64_t> shape);
+
+}  // namespace cohort::store

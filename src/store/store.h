@@ -1,0 +1,53 @@
+// Store-level operations that are neither a read of one snapshot nor one transaction:
+// creating a store, cloning it, listing its history, verifying it and diffing generations.
+//
+// Thread-safety: free functions; each takes the writer lock where it writes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/env.h"
+#include "store/manifest.h"
+
+namespace cohort::store {
+
+// Creates an empty store at `dir` (the directory may exist and be empty): generation 0
+// with no tables. AlreadyExists if `dir` already holds a store.
+Status InitStore(const std::string& dir, Env* env = Env::Default());
+
+// Creates a new store at `dst` whose first generation is `generation` (CURRENT's if
+// nullopt) of `src`, keeping its number, tables and sample ids; files are hard-linked
+// where the filesystem allows, copied otherwise. The new manifest records the origin.
+Result<uint64_t> CloneStore(const std::string& src, const std::string& dst,
+                            std::optional<uint64_t> generation = {}, Env* env = Env::Default());
+
+// Every generation that has a manifest, oldest first (damaged manifests are an error).
+Result<std::vector<Manifest>> ReadHistory(const std::string& dir, Env* env = Env::Default());
+
+struct VerifyReport {
+  uint64_t generations = 0;
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  std::vector<std::string> problems;  // one line each, naming the file; empty when sound
+  bool ok() const { return problems.empty(); }
+};
+// Checks CURRENT, every manifest (or only `generation`), and for every file named: presence,
+// size, CRC-32, .npy header against the schema, and row refs in range.
+Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t> generation = {},
+                                 Env* env = Env::Default());
+
+struct TableDiff {
+  std::vector<uint64_t> added;    // ids live in b, not in a
+  std::vector<uint64_t> removed;  // ids live in a, not in b
+  bool schema_changed = false;
+};
+// Per table (union of both generations' tables), ascending ids.
+Result<std::map<std::string, TableDiff>> DiffGenerations(const std::string& dir, uint64_t a,
+                                                         uint64_t b, Env* env = Env::Default());
+
+}  // namespace cohort::store
