@@ -39,6 +39,12 @@ struct HostArray {
     for (size_t i = 1; i < shape.size(); i++) n *= shape[i];
     return n;
   }
+  // Keeps the first n rows (n <= rows()).
+  void TruncateRows(uint64_t n) {
+    if (shape.empty() || n >= shape[0]) return;
+    data.resize(n * row_bytes());
+    shape[0] = n;
+  }
   template <typename T>
   T* as() {
     return reinterpret_cast<T*>(data.data());

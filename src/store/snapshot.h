@@ -67,6 +67,7 @@ class Table {
 
  private:
   friend class Snapshot;
+  friend class Transaction;  // reads segments by ref, not by live row
   struct Seg {
     uint64_t id = 0;
     uint64_t rows = 0;

@@ -1,0 +1,295 @@
+#include "store/manifest.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace cohort::store {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Padded(uint64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%06" PRIu64, n);
+  return buf;
+}
+
+std::string Hex8(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+json FileToJson(const FileEntry& f) {
+  return {{"file", f.file}, {"bytes", f.bytes}, {"crc32", f.crc32}};
+}
+
+FileEntry FileFromJson(const json& j) {
+  FileEntry f;
+  f.file = j.at("file").get<std::string>();
+  f.bytes = j.at("bytes").get<uint64_t>();
+  f.crc32 = j.at("crc32").get<uint32_t>();
+  return f;
+}
+
+constexpr std::string_view kTrailer = "#crc32=";
+
+}  // namespace
+
+std::vector<FileEntry> Manifest::Files() const {
+  std::vector<FileEntry> out;
+  std::set<std::string> seen;
+  auto add = [&](const FileEntry& f) {
+    if (seen.insert(f.file).second) out.push_back(f);
+  };
+  for (const auto& [name, table] : tables) {
+    add(table.rows_file);
+    for (const auto& seg : table.segments) {
+      add(seg.x);
+      if (seg.y) add(*seg.y);
+      add(seg.ids);
+    }
+  }
+  return out;
+}
+
+std::string ManifestFileName(uint64_t generation) { return "gen-" + Padded(generation) + ".json"; }
+
+std::string RowsFileName(const std::string& table, uint64_t generation) {
+  return table + "-gen-" + Padded(generation) + ".rows.npy";
+}
+
+std::string SegmentFileName(const std::string& table, uint64_t segment, const char* kind) {
+  return table + "-seg-" + Padded(segment) + "." + kind + ".npy";
+}
+
+std::optional<uint64_t> ParseManifestFileName(std::string_view name) {
+  if (name.size() < 4 + 6 + 5 || name.substr(0, 4) != "gen-" ||
+      name.substr(name.size() - 5) != ".json") {
+    return std::nullopt;
+  }
+  std::string_view digits = name.substr(4, name.size() - 9);
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9' || v > UINT64_MAX / 10 - 1) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+uint32_t Crc32(std::span<const std::byte> data, uint32_t crc) {
+  const auto* p = reinterpret_cast<const Bytef*>(data.data());
+  size_t n = data.size();
+  uLong c = crc;
+  while (n > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = ::crc32(c, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+uint32_t Crc32(std::string_view data, uint32_t crc) {
+  return Crc32(std::as_bytes(std::span<const char>(data.data(), data.size())), crc);
+}
+
+std::string NowIso8601() {
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  json j;
+  j["format"] = "cohort-store";
+  j["format_version"] = kFormatVersion;
+  j["generation"] = m.generation;
+  j["parent"] = m.parent ? json(*m.parent) : json(nullptr);
+  j["created"] = m.created;
+  j["note"] = m.note;
+  j["next_segment"] = m.next_segment;
+  j["next_sample_id"] = m.next_sample_id;
+  if (m.origin) j["origin"] = {{"store", m.origin->store}, {"generation", m.origin->generation}};
+  json tables = json::object();
+  for (const auto& [name, t] : m.tables) {
+    json jt = SchemaToJson(t.schema);
+    json rows = FileToJson(t.rows_file);
+    rows["count"] = t.row_count;
+    jt["rows"] = rows;
+    json segs = json::array();
+    for (const auto& s : t.segments) {
+      json js = {{"id", s.id}, {"rows", s.rows}, {"x", FileToJson(s.x)}};
+      if (s.y) js["y"] = FileToJson(*s.y);
+      js["ids"] = FileToJson(s.ids);
+      segs.push_back(js);
+    }
+    jt["segments"] = segs;
+    tables[name] = jt;
+  }
+  j["tables"] = tables;
+  std::string body = j.dump(1) + "\n";
+  return body + std::string(kTrailer) + Hex8(Crc32(body)) + "\n";
+}
+
+Result<Manifest> DecodeManifest(std::string_view text, const std::string& path) {
+  // Body, then the trailer line "#crc32=xxxxxxxx\n".
+  if (text.empty() || text.back() != '\n') {
+    return Status::Corruption(path + ": manifest is truncated (no checksum trailer)");
+  }
+  size_t cut = text.rfind('\n', text.size() - 2);
+  std::string_view body = text.substr(0, cut == std::string_view::npos ? 0 : cut + 1);
+  std::string_view trailer = text.substr(body.size(), text.size() - body.size() - 1);
+  if (cut == std::string_view::npos || trailer.substr(0, kTrailer.size()) != kTrailer) {
+    return Status::Corruption(path + ": manifest is truncated (no checksum trailer)");
+  }
+  std::string expected = Hex8(Crc32(body));
+  if (trailer.substr(kTrailer.size()) != expected) {
+    return Status::Corruption(path + ": manifest checksum mismatch (stored " +
+                              std::string(trailer.substr(kTrailer.size())) + ", computed " +
+                              expected + ")");
+  }
+  Manifest m;
+  try {
+    json j = json::parse(body);
+    if (j.at("format").get<std::string>() != "cohort-store") {
+      return Status::Corruption(path + ": not a cohort store manifest");
+    }
+    int version = j.at("format_version").get<int>();
+    if (version != kFormatVersion) {
+      return Status::Corruption(path + ": format_version " + std::to_string(version) +
+                                " is not supported (this cohort reads version " +
+                                std::to_string(kFormatVersion) + ")");
+    }
+    m.generation = j.at("generation").get<uint64_t>();
+    if (!j.at("parent").is_null()) m.parent = j.at("parent").get<uint64_t>();
+    m.created = j.at("created").get<std::string>();
+    m.note = j.at("note").get<std::string>();
+    m.next_segment = j.at("next_segment").get<uint64_t>();
+    m.next_sample_id = j.at("next_sample_id").get<uint64_t>();
+    if (j.contains("origin")) {
+      m.origin = Origin{j["origin"].at("store").get<std::string>(),
+                        j["origin"].at("generation").get<uint64_t>()};
+    }
+    for (const auto& [name, jt] : j.at("tables").items()) {
+      std::string where = path + ": table " + name;
+      COHORT_RETURN_IF_ERROR(ValidateTableName(name).WithContext(path));
+      TableEntry t;
+      COHORT_ASSIGN_OR_RETURN(t.schema, SchemaFromJson(jt.at("features"), jt.at("labels"), where));
+      t.rows_file = FileFromJson(jt.at("rows"));
+      t.row_count = jt.at("rows").at("count").get<uint64_t>();
+      for (const auto& js : jt.at("segments")) {
+        SegmentEntry s;
+        s.id = js.at("id").get<uint64_t>();
+        s.rows = js.at("rows").get<uint64_t>();
+        s.x = FileFromJson(js.at("x"));
+        if (js.contains("y")) s.y = FileFromJson(js.at("y"));
+        s.ids = FileFromJson(js.at("ids"));
+        if (s.y.has_value() != t.schema.has_labels()) {
+          return Status::Corruption(where + ": segment " + std::to_string(s.id) +
+                                    (t.schema.has_labels() ? " has no labels file"
+                                                           : " has labels but the table has none"));
+        }
+        t.segments.push_back(std::move(s));
+      }
+      m.tables.emplace(name, std::move(t));
+    }
+  } catch (const json::exception& e) {
+    return Status::Corruption(path + ": malformed manifest: " + e.what());
+  }
+  return m;
+}
+
+Result<Manifest> ReadManifest(Env* env, const std::string& dir, uint64_t generation) {
+  std::string path = JoinPath(dir, ManifestFileName(generation));
+  auto text = env->ReadFileToString(path);
+  if (!text.ok()) {
+    if (text.status().IsNotFound()) {
+      return Status::NotFound("generation " + std::to_string(generation) + " does not exist in " +
+                              dir + " (no " + ManifestFileName(generation) + ")");
+    }
+    return text.status();
+  }
+  COHORT_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(*text, path));
+  if (m.generation != generation) {
+    return Status::Corruption(path + ": names generation " + std::to_string(m.generation));
+  }
+  return m;
+}
+
+Result<uint64_t> ReadCurrent(Env* env, const std::string& dir) {
+  std::string path = JoinPath(dir, "CURRENT");
+  auto text = env->ReadFileToString(path);
+  if (!text.ok()) {
+    if (text.status().IsNotFound()) {
+      return Status::NotFound(dir + " is not a cohort store (no CURRENT file; create one with "
+                                    "`cohort data init`)");
+    }
+    return text.status();
+  }
+  // "gen-000042 9f3c2a10\n"
+  const std::string& s = *text;
+  size_t space = s.find(' ');
+  if (space == std::string::npos || s.size() != space + 1 + 8 + 1 || s.back() != '\n') {
+    return Status::Corruption(path + ": malformed (expected \"gen-NNNNNN CRC32\\n\")");
+  }
+  std::string name = s.substr(0, space);
+  if (s.substr(space + 1, 8) != Hex8(Crc32(name))) {
+    return Status::Corruption(path + ": checksum mismatch");
+  }
+  auto gen = ParseManifestFileName(name + ".json");
+  if (!gen) return Status::Corruption(path + ": malformed generation name '" + name + "'");
+  return *gen;
+}
+
+namespace {
+Status WriteFileAtomically(Env* env, const std::string& dir, const std::string& name,
+                           std::string_view contents) {
+  std::string tmp = JoinPath(dir, name + ".tmp");
+  COHORT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
+  COHORT_RETURN_IF_ERROR(file->Append(contents));
+  COHORT_RETURN_IF_ERROR(file->Sync());
+  COHORT_RETURN_IF_ERROR(file->Close());
+  return env->RenameFile(tmp, JoinPath(dir, name));
+}
+}  // namespace
+
+Status WriteCurrent(Env* env, const std::string& dir, uint64_t generation) {
+  std::string name = "gen-" + Padded(generation);
+  COHORT_RETURN_IF_ERROR(
+      WriteFileAtomically(env, dir, "CURRENT", name + " " + Hex8(Crc32(name)) + "\n"));
+  return env->SyncDir(dir);
+}
+
+Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest) {
+  return WriteFileAtomically(env, dir, ManifestFileName(manifest.generation),
+                             EncodeManifest(manifest));
+}
+
+Result<std::vector<uint64_t>> ListManifestGenerations(Env* env, const std::string& dir) {
+  COHORT_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+  std::vector<uint64_t> gens;
+  for (const auto& n : names) {
+    if (auto g = ParseManifestFileName(n)) gens.push_back(*g);
+  }
+  std::sort(gens.begin(), gens.end());
+  return gens;
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,88 @@
+#include "store/manifest.h"
+
+#include <gtest/gtest.h>
+
+namespace cohort::store {
+namespace {
+
+Manifest SampleManifest() {
+  Manifest m;
+  m.generation = 3;
+  m.parent = 2;
+  m.created = "2026-12-02T12:00:00.000Z";
+  m.note = "split \"quoted\" note";
+  m.next_segment = 5;
+  m.next_sample_id = 100;
+  TableEntry t;
+  t.schema.feature_dtype = Dtype::kUint8;
+  t.schema.feature_shape = {28, 28};
+  t.schema.label_kind = LabelKind::kClass;
+  t.row_count = 10;
+  t.rows_file = {"train-gen-000003.rows.npy", 208, 77};
+  SegmentEntry s;
+  s.id = 4;
+  s.rows = 10;
+  s.x = {"train-seg-000004.x.npy", 7968, 1};
+  s.y = FileEntry{"train-seg-000004.y.npy", 208, 2};
+  s.ids = {"train-seg-000004.id.npy", 208, 3};
+  t.segments.push_back(s);
+  m.tables["train"] = t;
+  TableEntry pool = t;
+  pool.schema.label_kind = LabelKind::kVector;
+  pool.schema.label_shape = {3};
+  m.tables["pool"] = pool;
+  return m;
+}
+
+TEST(ManifestTest, EncodeDecodeRoundTrip) {
+  Manifest m = SampleManifest();
+  std::string text = EncodeManifest(m);
+  auto back = DecodeManifest(text, "gen-000003.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->generation, 3u);
+  EXPECT_EQ(back->parent, 2u);
+  EXPECT_EQ(back->note, m.note);
+  EXPECT_EQ(back->next_sample_id, 100u);
+  ASSERT_EQ(back->tables.size(), 2u);
+  EXPECT_EQ(back->tables["train"].schema, m.tables["train"].schema);
+  EXPECT_EQ(back->tables["pool"].schema.label_shape, std::vector<uint64_t>{3});
+  EXPECT_EQ(back->tables["train"].segments[0].y->file, "train-seg-000004.y.npy");
+  EXPECT_EQ(back->Files().size(), 4u);  // rows + x + y + ids, shared by both tables
+}
+
+TEST(ManifestTest, EveryBitFlipIsDetected) {
+  std::string text = EncodeManifest(SampleManifest());
+  for (size_t i = 0; i < text.size(); i += 7) {
+    std::string damaged = text;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x04);
+    auto r = DecodeManifest(damaged, "gen-000003.json");
+    EXPECT_FALSE(r.ok()) << "flip at byte " << i << " went unnoticed";
+    if (!r.ok()) EXPECT_NE(r.status().message().find("gen-000003.json"), std::string::npos);
+  }
+}
+
+TEST(ManifestTest, TruncationIsDetected) {
+  std::string text = EncodeManifest(SampleManifest());
+  for (size_t len : {size_t{0}, size_t{1}, text.size() / 2, text.size() - 1}) {
+    auto r = DecodeManifest(text.substr(0, len), "gen-000003.json");
+    EXPECT_FALSE(r.ok()) << "length " << len;
+  }
+}
+
+TEST(ManifestTest, FileNames) {
+  EXPECT_EQ(ManifestFileName(42), "gen-000042.json");
+  EXPECT_EQ(RowsFileName("train", 42), "train-gen-000042.rows.npy");
+  EXPECT_EQ(SegmentFileName("pool", 17, "x"), "pool-seg-000017.x.npy");
+  EXPECT_EQ(ParseManifestFileName("gen-000042.json"), 42u);
+  EXPECT_EQ(ParseManifestFileName("gen-1234567.json"), 1234567u);
+  EXPECT_FALSE(ParseManifestFileName("gen-000042.json.tmp").has_value());
+  EXPECT_FALSE(ParseManifestFileName("gen-abc.json").has_value());
+}
+
+TEST(ManifestTest, Crc32MatchesZlibReference) {
+  // zlib.crc32(b"123456789") == 0xcbf43926, the standard check value.
+  EXPECT_EQ(Crc32(std::string_view("123456789")), 0xcbf43926u);
+}
+
+}  // namespace
+}  // namespace cohort::store

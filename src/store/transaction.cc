@@ -1,0 +1,471 @@
+#include "store/transaction.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace cohort::store {
+
+struct Transaction::TableState {
+  struct SegView {
+    uint64_t rows = 0;
+    const std::byte* x = nullptr;
+    const std::byte* y = nullptr;
+    const uint64_t* ids = nullptr;
+  };
+
+  TableSchema schema;
+  bool changed = false;  // needs a new rows file (created, appended, removed, moved, compacted)
+  std::optional<TableEntry> base_entry;   // as in the base generation, if the table existed
+  std::map<uint64_t, SegmentEntry> segments;       // every segment rows may point into
+  std::unordered_map<uint64_t, SegView> views;     // the same, mapped
+  std::vector<uint64_t> refs;                      // live rows in table order
+
+  uint64_t IdOf(uint64_t ref) const { return views.at(RefSegment(ref)).ids[RefRow(ref)]; }
+  const std::byte* FeaturesOf(uint64_t ref) const {
+    return views.at(RefSegment(ref)).x + RefRow(ref) * schema.feature_row_bytes();
+  }
+  const std::byte* LabelOf(uint64_t ref) const {
+    return views.at(RefSegment(ref)).y + RefRow(ref) * schema.label_row_bytes();
+  }
+  // Positions in `refs` of the given ids; NotFound for an unknown id, InvalidArgument for a
+  // repeated one.
+  Result<std::vector<size_t>> PositionsOf(std::span<const uint64_t> ids,
+                                          const std::string& name) const {
+    std::unordered_map<uint64_t, size_t> pos;
+    pos.reserve(refs.size());
+    for (size_t i = 0; i < refs.size(); i++) pos.emplace(IdOf(refs[i]), i);
+    std::vector<size_t> out;
+    out.reserve(ids.size());
+    std::unordered_set<uint64_t> seen;
+    for (uint64_t id : ids) {
+      auto it = pos.find(id);
+      if (it == pos.end()) {
+        return Status::NotFound("sample id " + std::to_string(id) + " is not in table " + name);
+      }
+      if (!seen.insert(id).second) {
+        return Status::InvalidArgument("sample id " + std::to_string(id) + " is given twice");
+      }
+      out.push_back(it->second);
+    }
+    return out;
+  }
+  void DropPositions(const std::vector<size_t>& positions) {
+    std::vector<bool> dead(refs.size(), false);
+    for (size_t p : positions) dead[p] = true;
+    size_t w = 0;
+    for (size_t i = 0; i < refs.size(); i++) {
+      if (!dead[i]) refs[w++] = refs[i];
+    }
+    refs.resize(w);
+  }
+};
+
+namespace {
+
+std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape) {
+  std::vector<uint64_t> shape{rows};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  return shape;
+}
+
+bool IsStoreDataFile(const std::string& name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".npy") &&
+         (name.find("-seg-") != std::string::npos || name.find("-gen-") != std::string::npos);
+}
+
+// Parses the number after `marker` in a store file name ("train-seg-000017.x.npy").
+std::optional<uint64_t> NumberAfter(const std::string& name, const std::string& marker) {
+  size_t at = name.rfind(marker);
+  if (at == std::string::npos) return std::nullopt;
+  at += marker.size();
+  uint64_t v = 0;
+  size_t digits = 0;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9') {
+    v = v * 10 + static_cast<uint64_t>(name[at++] - '0');
+    digits++;
+  }
+  if (digits == 0 || at >= name.size() || name[at] != '.') return std::nullopt;
+  return v;
+}
+
+Status CheckLabels(const std::string& table, const TableSchema& schema, const HostArray* labels,
+                   uint64_t rows) {
+  if (!schema.has_labels()) {
+    if (labels != nullptr && !labels->shape.empty()) {
+      return Status::InvalidArgument("table " + table + " has no labels, but labels were given");
+    }
+    return Status::OK();
+  }
+  if (labels == nullptr || labels->shape.empty()) {
+    return Status::InvalidArgument("table " + table + " needs labels (" +
+                                   LabelKindName(schema.label_kind) + ")");
+  }
+  auto want = WithRows(rows, schema.label_shape);
+  if (labels->dtype != schema.label_dtype() || labels->shape != want) {
+    return Status::InvalidArgument("table " + table + ": labels are " + DtypeName(labels->dtype) +
+                                   ShapeToString(labels->shape) + ", table needs " +
+                                   DtypeName(schema.label_dtype()) + ShapeToString(want));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Transaction::Transaction(std::string dir, Env* env, std::unique_ptr<FileLock> lock,
+                         std::shared_ptr<const Snapshot> base)
+    : dir_(std::move(dir)), env_(env), lock_(std::move(lock)), base_(std::move(base)) {
+  next_.next_segment = base_->manifest().next_segment;
+  next_.next_sample_id = base_->manifest().next_sample_id;
+  for (const auto& name : base_->table_names()) {
+    const Table* t = *base_->table(name);
+    auto state = std::make_unique<TableState>();
+    state->schema = t->schema();
+    state->base_entry = t->entry();
+    for (const auto& seg : t->entry().segments) state->segments[seg.id] = seg;
+    for (const auto& seg : t->segs_) state->views[seg.id] = {seg.rows, seg.x, seg.y, seg.ids};
+    state->refs.resize(t->size());
+    for (uint64_t r = 0; r < t->size(); r++) state->refs[r] = t->ref(r);
+    tables_.emplace(name, std::move(state));
+  }
+}
+
+Transaction::~Transaction() {
+  if (committed_) return;
+  mapped_.clear();
+  for (const auto& path : written_) (void)env_->RemoveFile(path);
+}
+
+Result<std::unique_ptr<Transaction>> Transaction::Begin(const std::string& dir, Env* env) {
+  // Refuse a directory that is not a store before creating a LOCK file in it.
+  COHORT_RETURN_IF_ERROR(ReadCurrent(env, dir).status());
+  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
+  COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
+  COHORT_ASSIGN_OR_RETURN(auto base, Snapshot::Open(dir, current, env));
+  std::unique_ptr<Transaction> txn(new Transaction(dir, env, std::move(lock), std::move(base)));
+  COHORT_RETURN_IF_ERROR(txn->CleanUpLeftovers());
+  return txn;
+}
+
+// An interrupted writer can leave temp files, manifests newer than CURRENT, and data files
+// no committed manifest names. Counters only grow, so the last are exactly the segments
+// numbered at or above CURRENT's next_segment and the rows files of later generations.
+Status Transaction::CleanUpLeftovers() {
+  COHORT_ASSIGN_OR_RETURN(auto names, env_->ListDir(dir_));
+  const uint64_t current = base_->generation();
+  const uint64_t next_segment = base_->manifest().next_segment;
+  bool removed = false;
+  for (const auto& name : names) {
+    bool stray = false;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      stray = true;
+    } else if (auto gen = ParseManifestFileName(name)) {
+      stray = *gen > current;
+    } else if (IsStoreDataFile(name)) {
+      if (auto seg = NumberAfter(name, "-seg-")) stray = *seg >= next_segment;
+      else if (auto gen = NumberAfter(name, "-gen-")) stray = *gen > current;
+    }
+    if (stray) {
+      COHORT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(dir_, name)));
+      removed = true;
+    }
+  }
+  return removed ? env_->SyncDir(dir_) : Status::OK();
+}
+
+Result<Transaction::TableState*> Transaction::MutableTable(const std::string& name) {
+  if (committed_) return Status::InvalidArgument("transaction on " + dir_ + " already committed");
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    return Status::NotFound("table '" + name + "' does not exist in " + dir_);
+  }
+  return it->second.get();
+}
+
+Result<const Transaction::TableState*> Transaction::FindTable(const std::string& name) const {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    return Status::NotFound("table '" + name + "' does not exist in " + dir_);
+  }
+  return it->second.get();
+}
+
+Result<TableSchema> Transaction::Schema(const std::string& table) const {
+  COHORT_ASSIGN_OR_RETURN(const TableState* t, FindTable(table));
+  return t->schema;
+}
+
+std::vector<std::string> Transaction::TableNames() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tables_) out.push_back(name);
+  return out;
+}
+
+Result<uint64_t> Transaction::TableSize(const std::string& table) const {
+  COHORT_ASSIGN_OR_RETURN(const TableState* t, FindTable(table));
+  return static_cast<uint64_t>(t->refs.size());
+}
+
+Result<std::vector<uint64_t>> Transaction::TableIds(const std::string& table) const {
+  COHORT_ASSIGN_OR_RETURN(const TableState* t, FindTable(table));
+  std::vector<uint64_t> ids(t->refs.size());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = t->IdOf(t->refs[i]);
+  return ids;
+}
+
+Status Transaction::CreateTable(const std::string& name, const TableSchema& schema) {
+  if (committed_) return Status::InvalidArgument("transaction on " + dir_ + " already committed");
+  COHORT_RETURN_IF_ERROR(ValidateTableName(name));
+  COHORT_RETURN_IF_ERROR(schema.Validate().WithContext("table " + name));
+  if (tables_.count(name) > 0) {
+    return Status::AlreadyExists("table '" + name + "' already exists in " + dir_);
+  }
+  auto state = std::make_unique<TableState>();
+  state->schema = schema;
+  state->changed = true;
+  tables_.emplace(name, std::move(state));
+  return Status::OK();
+}
+
+Result<FileEntry> Transaction::WriteNpyFile(const std::string& name, Dtype dtype,
+                                            std::span<const uint64_t> shape,
+                                            const std::byte* data) {
+  std::string path = JoinPath(dir_, name);
+  std::string header = EncodeNpyHeader(dtype, shape);
+  uint64_t data_bytes = DtypeSize(dtype);
+  for (uint64_t d : shape) data_bytes *= d;
+  COHORT_ASSIGN_OR_RETURN(auto file, env_->NewWritableFile(path));
+  written_.push_back(path);
+  std::span<const std::byte> body(data, data_bytes);
+  COHORT_RETURN_IF_ERROR(file->Append(header));
+  COHORT_RETURN_IF_ERROR(file->Append(body));
+  COHORT_RETURN_IF_ERROR(file->Sync());
+  COHORT_RETURN_IF_ERROR(file->Close());
+  FileEntry entry;
+  entry.file = name;
+  entry.bytes = header.size() + data_bytes;
+  entry.crc32 = Crc32(body, Crc32(header));
+  return entry;
+}
+
+Result<SegmentEntry> Transaction::WriteSegment(const std::string& table, const TableSchema& schema,
+                                               uint64_t rows, const std::byte* x,
+                                               const std::byte* y, const uint64_t* ids) {
+  if (rows > 0xffffffffu) {
+    return Status::InvalidArgument("table " + table + ": more than 2^32 rows in one segment");
+  }
+  SegmentEntry seg;
+  seg.id = next_.next_segment++;
+  seg.rows = rows;
+  auto x_shape = WithRows(rows, schema.feature_shape);
+  COHORT_ASSIGN_OR_RETURN(seg.x, WriteNpyFile(SegmentFileName(table, seg.id, "x"),
+                                              schema.feature_dtype, x_shape, x));
+  if (schema.has_labels()) {
+    auto y_shape = WithRows(rows, schema.label_shape);
+    COHORT_ASSIGN_OR_RETURN(seg.y, WriteNpyFile(SegmentFileName(table, seg.id, "y"),
+                                                schema.label_dtype(), y_shape, y));
+  }
+  std::vector<uint64_t> id_shape{rows};
+  COHORT_ASSIGN_OR_RETURN(seg.ids, WriteNpyFile(SegmentFileName(table, seg.id, "id"),
+                                                Dtype::kUint64, id_shape,
+                                                reinterpret_cast<const std::byte*>(ids)));
+  return seg;
+}
+
+Status Transaction::MapSegment(TableState* table, const SegmentEntry& seg) {
+  TableState::SegView view;
+  view.rows = seg.rows;
+  auto map = [&](const FileEntry& f) -> Result<const std::byte*> {
+    COHORT_ASSIGN_OR_RETURN(auto file, env_->MapReadOnly(JoinPath(dir_, f.file)));
+    COHORT_ASSIGN_OR_RETURN(NpyHeader h, ParseNpyHeader(std::span<const std::byte>(file->data(), file->size()), f.file));
+    const std::byte* p = file->data() + h.data_offset;
+    mapped_.push_back(std::move(file));
+    return p;
+  };
+  COHORT_ASSIGN_OR_RETURN(view.x, map(seg.x));
+  if (seg.y) {
+    COHORT_ASSIGN_OR_RETURN(view.y, map(*seg.y));
+  }
+  COHORT_ASSIGN_OR_RETURN(const std::byte* ids, map(seg.ids));
+  view.ids = reinterpret_cast<const uint64_t*>(ids);
+  table->segments[seg.id] = seg;
+  table->views[seg.id] = view;
+  return Status::OK();
+}
+
+Result<std::vector<uint64_t>> Transaction::Append(const std::string& table,
+                                                  const HostArray& features,
+                                                  const HostArray* labels) {
+  COHORT_ASSIGN_OR_RETURN(TableState * t, MutableTable(table));
+  const uint64_t n = features.rows();
+  if (n == 0) return Status::InvalidArgument("table " + table + ": no samples to append");
+  if (features.dtype != t->schema.feature_dtype || features.row_shape() != t->schema.feature_shape) {
+    return Status::InvalidArgument(
+        "schema mismatch: table " + table + " has features " + DtypeName(t->schema.feature_dtype) +
+        ShapeToString(t->schema.feature_shape) + " per sample, input has " +
+        DtypeName(features.dtype) + ShapeToString(features.row_shape()));
+  }
+  COHORT_RETURN_IF_ERROR(CheckLabels(table, t->schema, labels, n));
+  std::vector<uint64_t> ids(n);
+  for (uint64_t i = 0; i < n; i++) ids[i] = next_.next_sample_id + i;
+  COHORT_ASSIGN_OR_RETURN(
+      SegmentEntry seg,
+      WriteSegment(table, t->schema, n, features.data.data(),
+                   t->schema.has_labels() ? labels->data.data() : nullptr, ids.data()));
+  next_.next_sample_id += n;
+  COHORT_RETURN_IF_ERROR(MapSegment(t, seg));
+  for (uint64_t i = 0; i < n; i++) t->refs.push_back(MakeRowRef(seg.id, i));
+  t->changed = true;
+  return ids;
+}
+
+Status Transaction::Remove(const std::string& table, std::span<const uint64_t> ids) {
+  COHORT_ASSIGN_OR_RETURN(TableState * t, MutableTable(table));
+  if (ids.empty()) return Status::OK();
+  COHORT_ASSIGN_OR_RETURN(auto positions, t->PositionsOf(ids, table));
+  t->DropPositions(positions);
+  t->changed = true;
+  return Status::OK();
+}
+
+Status Transaction::Move(const std::string& from, const std::string& to,
+                         std::span<const uint64_t> ids, const HostArray* labels) {
+  COHORT_ASSIGN_OR_RETURN(TableState * src, MutableTable(from));
+  if (from == to) return Status::InvalidArgument("cannot move samples from table " + from + " to itself");
+  const uint64_t k = ids.size();
+  if (labels != nullptr && labels->rows() != k) {
+    return Status::InvalidArgument("move " + from + " -> " + to + ": " +
+                                   std::to_string(labels->rows()) + " labels for " +
+                                   std::to_string(k) + " samples");
+  }
+  if (!HasTable(to)) {
+    TableSchema schema = src->schema;
+    if (!schema.has_labels() && labels != nullptr) {
+      schema.label_kind = labels->dtype == Dtype::kInt64 ? LabelKind::kClass : LabelKind::kVector;
+      schema.label_shape = schema.label_kind == LabelKind::kClass ? std::vector<uint64_t>{}
+                                                                  : labels->row_shape();
+    }
+    COHORT_RETURN_IF_ERROR(CreateTable(to, schema));
+  }
+  COHORT_ASSIGN_OR_RETURN(TableState * dst, MutableTable(to));
+  if (src->schema.feature_dtype != dst->schema.feature_dtype ||
+      src->schema.feature_shape != dst->schema.feature_shape) {
+    return Status::InvalidArgument("schema mismatch: cannot move from " + from + " (" +
+                                   src->schema.ToString() + ") to " + to + " (" +
+                                   dst->schema.ToString() + ")");
+  }
+  if (labels == nullptr && dst->schema.has_labels() &&
+      (src->schema.label_kind != dst->schema.label_kind ||
+       src->schema.label_shape != dst->schema.label_shape)) {
+    return Status::InvalidArgument("move " + from + " -> " + to + ": labels must be given (" +
+                                   from + " has labels " + LabelKindName(src->schema.label_kind) +
+                                   ", " + to + " needs " + LabelKindName(dst->schema.label_kind) + ")");
+  }
+  if (labels != nullptr) COHORT_RETURN_IF_ERROR(CheckLabels(to, dst->schema, labels, k));
+  if (k == 0) return Status::OK();
+
+  COHORT_ASSIGN_OR_RETURN(auto positions, src->PositionsOf(ids, from));
+  const size_t xb = src->schema.feature_row_bytes();
+  const size_t yb = dst->schema.label_row_bytes();
+  std::vector<std::byte> x(k * xb);
+  std::vector<std::byte> y(k * yb);
+  std::vector<uint64_t> new_ids(k);
+  for (uint64_t i = 0; i < k; i++) {
+    uint64_t ref = src->refs[positions[i]];
+    std::memcpy(x.data() + i * xb, src->FeaturesOf(ref), xb);
+    new_ids[i] = src->IdOf(ref);
+    if (yb > 0 && labels == nullptr) std::memcpy(y.data() + i * yb, src->LabelOf(ref), yb);
+  }
+  if (yb > 0 && labels != nullptr) std::memcpy(y.data(), labels->data.data(), k * yb);
+  COHORT_ASSIGN_OR_RETURN(SegmentEntry seg,
+                          WriteSegment(to, dst->schema, k, x.data(), yb > 0 ? y.data() : nullptr,
+                                       new_ids.data()));
+  COHORT_RETURN_IF_ERROR(MapSegment(dst, seg));
+  src->DropPositions(positions);
+  for (uint64_t i = 0; i < k; i++) dst->refs.push_back(MakeRowRef(seg.id, i));
+  src->changed = true;
+  dst->changed = true;
+  return Status::OK();
+}
+
+Result<std::vector<std::string>> Transaction::Compact(double threshold) {
+  if (committed_) return Status::InvalidArgument("transaction on " + dir_ + " already committed");
+  std::vector<std::string> compacted;
+  for (auto& [name, t] : tables_) {
+    std::set<uint64_t> live_segments;
+    for (uint64_t ref : t->refs) live_segments.insert(RefSegment(ref));
+    uint64_t held = 0;
+    for (uint64_t s : live_segments) held += t->segments.at(s).rows;
+    if (held == 0) continue;
+    double dead = 1.0 - static_cast<double>(t->refs.size()) / static_cast<double>(held);
+    if (dead <= threshold || t->refs.empty()) continue;
+
+    const uint64_t n = t->refs.size();
+    const size_t xb = t->schema.feature_row_bytes();
+    const size_t yb = t->schema.label_row_bytes();
+    std::vector<std::byte> x(n * xb);
+    std::vector<std::byte> y(n * yb);
+    std::vector<uint64_t> ids(n);
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t ref = t->refs[i];
+      std::memcpy(x.data() + i * xb, t->FeaturesOf(ref), xb);
+      if (yb > 0) std::memcpy(y.data() + i * yb, t->LabelOf(ref), yb);
+      ids[i] = t->IdOf(ref);
+    }
+    COHORT_ASSIGN_OR_RETURN(SegmentEntry seg, WriteSegment(name, t->schema, n, x.data(),
+                                                           yb > 0 ? y.data() : nullptr, ids.data()));
+    COHORT_RETURN_IF_ERROR(MapSegment(t.get(), seg));
+    for (uint64_t i = 0; i < n; i++) t->refs[i] = MakeRowRef(seg.id, i);
+    t->changed = true;
+    compacted.push_back(name);
+  }
+  return compacted;
+}
+
+Result<uint64_t> Transaction::Commit(const std::string& note, CommitOptions options) {
+  if (committed_) return Status::InvalidArgument("transaction on " + dir_ + " already committed");
+  bool any_change = false;
+  for (const auto& [name, t] : tables_) any_change = any_change || t->changed;
+  if (!any_change && !options.allow_empty) {
+    return Status::InvalidArgument("nothing to commit in " + dir_ + " (no table changed)");
+  }
+  Manifest m = next_;
+  m.generation = base_->generation() + 1;
+  m.parent = base_->generation();
+  m.created = NowIso8601();
+  m.note = note;
+  for (const auto& [name, t] : tables_) {
+    if (!t->changed && t->base_entry) {
+      m.tables[name] = *t->base_entry;
+      continue;
+    }
+    TableEntry entry;
+    entry.schema = t->schema;
+    entry.row_count = t->refs.size();
+    std::vector<uint64_t> shape{entry.row_count};
+    COHORT_ASSIGN_OR_RETURN(entry.rows_file,
+                            WriteNpyFile(RowsFileName(name, m.generation), Dtype::kUint64, shape,
+                                         reinterpret_cast<const std::byte*>(t->refs.data())));
+    std::set<uint64_t> live;
+    for (uint64_t ref : t->refs) live.insert(RefSegment(ref));
+    for (uint64_t s : live) entry.segments.push_back(t->segments.at(s));
+    m.tables[name] = std::move(entry);
+  }
+  COHORT_RETURN_IF_ERROR(WriteManifest(env_, dir_, m));
+  written_.push_back(JoinPath(dir_, ManifestFileName(m.generation)));
+  // Entries of every new file become durable here, before CURRENT can name them.
+  COHORT_RETURN_IF_ERROR(env_->SyncDir(dir_));
+  // From the rename of CURRENT on, the new generation may be the store's truth: never delete
+  // its files, even if what follows fails. The next writer sorts out what is referenced.
+  committed_ = true;
+  COHORT_RETURN_IF_ERROR(WriteCurrent(env_, dir_, m.generation));
+  return m.generation;
+}
+
+}  // namespace cohort::store
