@@ -1,17 +1,17 @@
 #include "cli/data_command.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "store/import.h"
 #include "store/snapshot.h"
@@ -67,7 +67,9 @@ Result<std::vector<uint64_t>> ReadIdsFile(const std::string& path) {
     std::vector<uint64_t> ids(a.rows());
     for (uint64_t i = 0; i < a.rows(); i++) {
       switch (a.dtype) {
-        case store::Dtype::kUint64: ids[i] = a.as<uint64_t>()[i]; break;
+        case store::Dtype::kUint64:
+          ids[i] = a.as<uint64_t>()[i];
+          break;
         case store::Dtype::kInt64:
         case store::Dtype::kInt32: {
           int64_t v = a.dtype == store::Dtype::kInt64 ? a.as<int64_t>()[i] : a.as<int32_t>()[i];
@@ -176,7 +178,8 @@ Status RunImport(const ImportArgs& a) {
     source = a.npy[0];
     if (a.npy.size() == 2) {
       COHORT_ASSIGN_OR_RETURN(HostArray raw_y, store::ReadNpyFile(a.npy[1]));
-      bool integral = raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
+      bool integral =
+          raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
       bool as_class = a.label_type == "class" || (a.label_type == "auto" && integral);
       if (as_class) {
         COHORT_ASSIGN_OR_RETURN(y, store::ToClassLabels(std::move(raw_y), a.npy[1]));
@@ -184,8 +187,8 @@ Status RunImport(const ImportArgs& a) {
         COHORT_ASSIGN_OR_RETURN(y, store::ToVectorLabels(std::move(raw_y), a.npy[1]));
       }
       if (y.rows() != x.rows()) {
-        return Status::InvalidArgument(fmt::format("{} has {} samples but {} has {}", a.npy[0],
-                                                   x.rows(), a.npy[1], y.rows()));
+        return Status::InvalidArgument(
+            fmt::format("{} has {} samples but {} has {}", a.npy[0], x.rows(), a.npy[1], y.rows()));
       }
     } else {
       has_labels = false;
@@ -226,18 +229,18 @@ Status RunImport(const ImportArgs& a) {
   } else {
     COHORT_ASSIGN_OR_RETURN(auto have, txn->Schema(a.table));
     if (!(have == schema)) {
-      return Status::InvalidArgument(fmt::format(
-          "schema mismatch: table {} has {}, {} has {}", a.table, have.ToString(), source,
-          schema.ToString()));
+      return Status::InvalidArgument(fmt::format("schema mismatch: table {} has {}, {} has {}",
+                                                 a.table, have.ToString(), source,
+                                                 schema.ToString()));
     }
   }
   COHORT_ASSIGN_OR_RETURN(auto ids, txn->Append(a.table, x, has_labels ? &y : nullptr));
-  std::string note = a.note.empty() ? fmt::format("import {} samples into {} from {}", ids.size(),
-                                                  a.table, source)
-                                    : a.note;
+  std::string note =
+      a.note.empty() ? fmt::format("import {} samples into {} from {}", ids.size(), a.table, source)
+                     : a.note;
   COHORT_ASSIGN_OR_RETURN(uint64_t gen, txn->Commit(note));
-  fmt::print("imported {} samples into table {} (ids {}..{}): generation {}\n", ids.size(),
-             a.table, ids.front(), ids.back(), gen);
+  fmt::print("imported {} samples into table {} (ids {}..{}): generation {}\n", ids.size(), a.table,
+             ids.front(), ids.back(), gen);
   return Status::OK();
 }
 
@@ -257,7 +260,8 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
              m.parent ? fmt::format(" (parent {})", *m.parent) : std::string(" (first)"));
   fmt::print("created     {}\n", m.created);
   fmt::print("note        {}\n", m.note);
-  if (m.origin) fmt::print("origin      {} at generation {}\n", m.origin->store, m.origin->generation);
+  if (m.origin)
+    fmt::print("origin      {} at generation {}\n", m.origin->store, m.origin->generation);
   if (m.tables.empty()) {
     fmt::print("no tables (import data with `cohort data import`)\n");
     return Status::OK();
@@ -265,10 +269,11 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
   fmt::print("\n{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", "table", "rows", "features",
              "labels", "segments", "dead rows", "size");
   for (const auto& [name, t] : m.tables) {
-    fmt::print("{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", name, t.row_count,
-               std::string(store::DtypeName(t.schema.feature_dtype)) + DimsText(t.schema.feature_shape),
-               LabelsText(t.schema), t.segments.size(), SegmentRows(t) - t.row_count,
-               HumanBytes(TableBytes(t)));
+    fmt::print(
+        "{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", name, t.row_count,
+        std::string(store::DtypeName(t.schema.feature_dtype)) + DimsText(t.schema.feature_shape),
+        LabelsText(t.schema), t.segments.size(), SegmentRows(t) - t.row_count,
+        HumanBytes(TableBytes(t)));
   }
   return Status::OK();
 }
@@ -297,8 +302,8 @@ Status RunDiff(const std::string& dir, uint64_t a, uint64_t b, bool as_json, boo
     json j = {{"from", a}, {"to", b}};
     json tables = json::object();
     for (const auto& [name, d] : diff) {
-      tables[name] = {{"added", d.added}, {"removed", d.removed},
-                      {"schema_changed", d.schema_changed}};
+      tables[name] = {
+          {"added", d.added}, {"removed", d.removed}, {"schema_changed", d.schema_changed}};
     }
     j["tables"] = tables;
     fmt::print("{}\n", j.dump(2));
@@ -371,8 +376,8 @@ Status RunSplit(const SplitArgs& a) {
       count = static_cast<uint64_t>(a.fraction * static_cast<double>(ids.size()) + 0.5);
     }
     if (count > ids.size()) {
-      return Status::InvalidArgument(fmt::format("--count {} is more than the {} samples in table {}",
-                                                 count, ids.size(), a.from));
+      return Status::InvalidArgument(fmt::format(
+          "--count {} is more than the {} samples in table {}", count, ids.size(), a.from));
     }
     for (size_t p : SeededSample(ids.size(), count, a.seed)) chosen.push_back(ids[p]);
   }
@@ -403,7 +408,8 @@ Status RunRemove(const std::string& dir, const std::string& table, const std::st
   COHORT_RETURN_IF_ERROR(txn->Remove(table, ids));
   COHORT_ASSIGN_OR_RETURN(
       uint64_t gen,
-      txn->Commit(note.empty() ? fmt::format("remove {} samples from {}", ids.size(), table) : note));
+      txn->Commit(note.empty() ? fmt::format("remove {} samples from {}", ids.size(), table)
+                               : note));
   fmt::print("removed {} samples from {}: generation {}\n", ids.size(), table, gen);
   return Status::OK();
 }
@@ -493,9 +499,11 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
     };
   });
 
-  auto* imp = data->add_subcommand("import", "Append samples from IDX, .npy or CSV files to a table");
+  auto* imp =
+      data->add_subcommand("import", "Append samples from IDX, .npy or CSV files to a table");
   imp->add_option("STORE", o->import.store, "Store directory")->required();
-  imp->add_option("--table,-t", o->import.table, "Table to append to (created if missing)")->required();
+  imp->add_option("--table,-t", o->import.table, "Table to append to (created if missing)")
+      ->required();
   imp->add_option("--idx", o->import.idx, "MNIST-style IDX files: IMAGES LABELS (gzip or plain)")
       ->expected(2);
   imp->add_option("--npy", o->import.npy, ".npy files: FEATURES [LABELS]")->expected(1, 2);
@@ -529,7 +537,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
     *run = [o] { return RunDiff(o->store, o->gen_a, o->gen_b, o->json, o->list_ids); };
   });
 
-  auto* split = data->add_subcommand("split", "Move a seeded random (or given) set of samples between tables");
+  auto* split = data->add_subcommand(
+      "split", "Move a seeded random (or given) set of samples between tables");
   split->add_option("STORE", o->split.store, "Store directory")->required();
   split->add_option("--from", o->split.from, "Source table")->required();
   split->add_option("--to", o->split.to, "Destination table (created if missing)")->required();
@@ -550,26 +559,30 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
     *run = [o] { return RunRemove(o->store, o->table, o->ids, o->ids_file, o->note); };
   });
 
-  auto* verify = data->add_subcommand("verify", "Check every checksum and reference; non-zero exit on damage");
+  auto* verify =
+      data->add_subcommand("verify", "Check every checksum and reference; non-zero exit on damage");
   verify->add_option("STORE", o->store, "Store directory")->required();
   verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)");
   verify->callback([o, run] { *run = [o] { return RunVerify(o->store, o->generation); }; });
 
-  auto* compact = data->add_subcommand("compact", "Rewrite tables whose dead rows pass a threshold");
+  auto* compact =
+      data->add_subcommand("compact", "Rewrite tables whose dead rows pass a threshold");
   compact->add_option("STORE", o->store, "Store directory")->required();
-  compact->add_option("--threshold", o->threshold, "Dead fraction above which a table is rewritten (default 0.3)");
+  compact->add_option("--threshold", o->threshold,
+                      "Dead fraction above which a table is rewritten (default 0.3)");
   compact->callback([o, run] { *run = [o] { return RunCompact(o->store, o->threshold); }; });
 
-  auto* exp = data->add_subcommand("export", "Write a table as PREFIX.x.npy, PREFIX.y.npy, PREFIX.ids.npy");
+  auto* exp =
+      data->add_subcommand("export", "Write a table as PREFIX.x.npy, PREFIX.y.npy, PREFIX.ids.npy");
   exp->add_option("STORE", o->store, "Store directory")->required();
   exp->add_option("--table,-t", o->table, "Table")->required();
   exp->add_option("--out,-o", o->out, "Output prefix")->required();
   exp->add_option("--generation,-g", o->generation, "Generation (default: current)");
-  exp->callback([o, run] {
-    *run = [o] { return RunExport(o->store, o->table, o->out, o->generation); };
-  });
+  exp->callback(
+      [o, run] { *run = [o] { return RunExport(o->store, o->table, o->out, o->generation); }; });
 
-  auto* clone = data->add_subcommand("clone", "Make a new store starting at a generation of another");
+  auto* clone =
+      data->add_subcommand("clone", "Make a new store starting at a generation of another");
   clone->add_option("SRC", o->store, "Source store")->required();
   clone->add_option("DST", o->dst, "New store directory")->required();
   clone->add_option("--generation,-g", o->generation, "Generation (default: current)");

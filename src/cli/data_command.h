@@ -3,9 +3,8 @@
 // that main() prints as a single line.
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 #include "common/status.h"
 

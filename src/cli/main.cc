@@ -1,10 +1,9 @@
 // The `cohort` executable: parses the command line and runs one subcommand. Errors are one
 // line on stderr and a non-zero exit status, never a stack trace.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <functional>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/data_command.h"
 #include "common/status.h"

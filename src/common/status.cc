@@ -12,14 +12,29 @@ Status Status::FromErrno(const std::string& what, int err) {
 std::string Status::ToString() const {
   const char* name = "ok";
   switch (code_) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: name = "invalid argument"; break;
-    case Code::kNotFound: name = "not found"; break;
-    case Code::kCorruption: name = "corruption"; break;
-    case Code::kIOError: name = "I/O error"; break;
-    case Code::kBusy: name = "busy"; break;
-    case Code::kAlreadyExists: name = "already exists"; break;
-    case Code::kAborted: name = "aborted"; break;
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      name = "invalid argument";
+      break;
+    case Code::kNotFound:
+      name = "not found";
+      break;
+    case Code::kCorruption:
+      name = "corruption";
+      break;
+    case Code::kIOError:
+      name = "I/O error";
+      break;
+    case Code::kBusy:
+      name = "busy";
+      break;
+    case Code::kAlreadyExists:
+      name = "already exists";
+      break;
+    case Code::kAborted:
+      name = "aborted";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

@@ -29,7 +29,9 @@ class Status {
 
   Status() = default;
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {Code::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {Code::kNotFound, std::move(msg)}; }
   static Status Corruption(std::string msg) { return {Code::kCorruption, std::move(msg)}; }
   static Status IOError(std::string msg) { return {Code::kIOError, std::move(msg)}; }
@@ -61,7 +63,7 @@ class Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "Result constructed from an OK status without a value");
   }
@@ -86,9 +88,9 @@ class [[nodiscard]] Result {
 #define COHORT_CONCAT_INNER_(a, b) a##b
 #define COHORT_CONCAT_(a, b) COHORT_CONCAT_INNER_(a, b)
 
-#define COHORT_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::cohort::Status cohort_status_ = (expr); \
+#define COHORT_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::cohort::Status cohort_status_ = (expr);        \
     if (!cohort_status_.ok()) return cohort_status_; \
   } while (0)
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "store/npy.h"
@@ -32,7 +33,8 @@ struct HostArray {
   uint64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   // The shape of one sample: shape without its first dimension.
   std::vector<uint64_t> row_shape() const {
-    return shape.empty() ? std::vector<uint64_t>{} : std::vector<uint64_t>(shape.begin() + 1, shape.end());
+    return shape.empty() ? std::vector<uint64_t>{}
+                         : std::vector<uint64_t>(shape.begin() + 1, shape.end());
   }
   size_t row_bytes() const {
     uint64_t n = DtypeSize(dtype);

@@ -7,9 +7,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace cohort::store {
 
@@ -238,8 +237,9 @@ Result<uint64_t> ReadCurrent(Env* env, const std::string& dir) {
   auto text = env->ReadFileToString(path);
   if (!text.ok()) {
     if (text.status().IsNotFound()) {
-      return Status::NotFound(dir + " is not a cohort store (no CURRENT file; create one with "
-                                    "`cohort data init`)");
+      return Status::NotFound(dir +
+                              " is not a cohort store (no CURRENT file; create one with "
+                              "`cohort data init`)");
     }
     return text.status();
   }

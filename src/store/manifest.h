@@ -67,7 +67,7 @@ inline uint64_t MakeRowRef(uint64_t segment, uint64_t row) { return (segment << 
 inline uint64_t RefSegment(uint64_t ref) { return ref >> 32; }
 inline uint64_t RefRow(uint64_t ref) { return ref & 0xffffffffu; }
 
-std::string ManifestFileName(uint64_t generation);                // gen-000042.json
+std::string ManifestFileName(uint64_t generation);                        // gen-000042.json
 std::string RowsFileName(const std::string& table, uint64_t generation);  // T-gen-000042.rows.npy
 // kind is "x", "y" or "id": T-seg-000017.x.npy
 std::string SegmentFileName(const std::string& table, uint64_t segment, const char* kind);

@@ -127,7 +127,7 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
   // "|u1", "<u1" and "u1" all mean uint8; '=' is native, which is little-endian here.
   if (!descr.empty() && (descr[0] == '=' || descr[0] == '|')) descr[0] = '<';
   if (descr.size() == 2) descr = "<" + descr;
-  if (descr == "<u1" || descr == "<b1") descr = "|u1";
+  if (descr == "<u1" || descr == ">u1" || descr == "<b1") descr = "|u1";
   bool found = false;
   for (const auto& info : kDtypes) {
     if (descr == info.descr) {
@@ -137,7 +137,8 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
   }
   if (!found) {
     if (!descr.empty() && descr[0] == '>') return bad("big-endian dtype '" + descr + "'");
-    return bad("unsupported dtype '" + descr + "' (supported: uint8, int32, int64, uint64, "
+    return bad("unsupported dtype '" + descr +
+               "' (supported: uint8, int32, int64, uint64, "
                "float32, float64)");
   }
 
@@ -155,7 +156,8 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
   while (i < dims.size()) {
     while (i < dims.size() && (dims[i] == ' ' || dims[i] == ',')) i++;
     if (i >= dims.size()) break;
-    if (dims[i] < '0' || dims[i] > '9') return bad("bad 'shape' " + header.substr(pos, end - pos + 1));
+    if (dims[i] < '0' || dims[i] > '9')
+      return bad("bad 'shape' " + header.substr(pos, end - pos + 1));
     uint64_t v = 0;
     while (i < dims.size() && dims[i] >= '0' && dims[i] <= '9') {
       if (v > (UINT64_MAX - 9) / 10) return bad("shape dimension too large");
@@ -171,8 +173,10 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
     if (d != 0 && bytes > UINT64_MAX / d) return bad("array size overflows");
     bytes *= d;
   }
-  if (file.size() - out.data_offset < bytes) {
-    return bad("truncated: header promises " + std::to_string(bytes) + " data bytes, file has " +
+  if (file.size() - out.data_offset != bytes) {
+    bool shorter = file.size() - out.data_offset < bytes;
+    return bad(std::string(shorter ? "truncated" : "trailing bytes") + ": header promises " +
+               std::to_string(bytes) + " data bytes, file has " +
                std::to_string(file.size() - out.data_offset));
   }
   return out;

@@ -40,11 +40,12 @@ struct NpyHeader {
 // The complete v1.0 header (magic through '\n') for a C-order array.
 std::string EncodeNpyHeader(Dtype dtype, std::span<const uint64_t> shape);
 
-// Parses the header at the start of `file`. `name` is used in error messages. Rejects
-// Fortran order, big-endian types, unknown dtypes and a file shorter than its data.
+// Parses the header at the start of `file`, which must be the whole file. `name` is used in
+// error messages. Rejects Fortran order, big-endian types, unknown dtypes, and a file whose
+// length is not exactly header + data (truncated, or with trailing bytes).
 Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name);
 
-// Shape as "(n, 28, 28)" / "[28, 28]" text for messages.
+// Shape as Python tuple text, "(n, 28, 28)" or "(7,)", for headers and messages.
 std::string ShapeToString(std::span<const uint64_t> shape);
 
 }  // namespace cohort::store

@@ -19,9 +19,12 @@ size_t TableSchema::label_row_bytes() const {
 
 const char* LabelKindName(LabelKind kind) {
   switch (kind) {
-    case LabelKind::kNone: return "none";
-    case LabelKind::kClass: return "class";
-    case LabelKind::kVector: return "vector";
+    case LabelKind::kNone:
+      return "none";
+    case LabelKind::kClass:
+      return "class";
+    case LabelKind::kVector:
+      return "vector";
   }
   return "?";
 }
@@ -69,7 +72,8 @@ Status ValidateTableName(const std::string& name) {
     return Status::InvalidArgument("table name '" + name + "' must be 1 to 64 characters");
   }
   for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     if (!ok) {
       return Status::InvalidArgument("table name '" + name +
                                      "' may only hold letters, digits and '_'");
@@ -84,8 +88,9 @@ nlohmann::json SchemaToJson(const TableSchema& schema) {
     labels["dtype"] = DtypeName(schema.label_dtype());
     labels["shape"] = schema.label_shape;
   }
-  return {{"features", {{"dtype", DtypeName(schema.feature_dtype)}, {"shape", schema.feature_shape}}},
-          {"labels", labels}};
+  return {
+      {"features", {{"dtype", DtypeName(schema.feature_dtype)}, {"shape", schema.feature_shape}}},
+      {"labels", labels}};
 }
 
 Result<TableSchema> SchemaFromJson(const nlohmann::json& features, const nlohmann::json& labels,

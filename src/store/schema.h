@@ -8,10 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
 #include "store/npy.h"
@@ -27,7 +26,9 @@ struct TableSchema {
   std::vector<uint64_t> label_shape;  // empty for kClass and kNone
 
   size_t feature_row_bytes() const;
-  Dtype label_dtype() const { return label_kind == LabelKind::kClass ? Dtype::kInt64 : Dtype::kFloat32; }
+  Dtype label_dtype() const {
+    return label_kind == LabelKind::kClass ? Dtype::kInt64 : Dtype::kFloat32;
+  }
   size_t label_row_bytes() const;  // 0 for kNone
   bool has_labels() const { return label_kind != LabelKind::kNone; }
 

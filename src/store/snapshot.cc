@@ -26,8 +26,9 @@ Result<std::shared_ptr<const MappedFile>> MapChecked(Env* env, const std::string
                               " bytes, manifest says " + std::to_string(entry.bytes) +
                               (file->size() < entry.bytes ? " (truncated)" : ""));
   }
-  COHORT_ASSIGN_OR_RETURN(NpyHeader header,
-                          ParseNpyHeader(std::span<const std::byte>(file->data(), file->size()), path));
+  COHORT_ASSIGN_OR_RETURN(
+      NpyHeader header,
+      ParseNpyHeader(std::span<const std::byte>(file->data(), file->size()), path));
   if (header.dtype != dtype || header.shape != shape) {
     return Status::Corruption(path + ": holds " + DtypeName(header.dtype) +
                               ShapeToString(header.shape) + ", manifest says " + DtypeName(dtype) +
@@ -150,17 +151,20 @@ Result<std::shared_ptr<const Snapshot>> Snapshot::Open(const std::string& dir,
       s.id = seg.id;
       s.rows = seg.rows;
       NpyHeader h;
-      COHORT_ASSIGN_OR_RETURN(auto x, MapChecked(env, dir, seg.x, entry.schema.feature_dtype,
-                                                 WithRows(seg.rows, entry.schema.feature_shape), &h));
+      COHORT_ASSIGN_OR_RETURN(auto x,
+                              MapChecked(env, dir, seg.x, entry.schema.feature_dtype,
+                                         WithRows(seg.rows, entry.schema.feature_shape), &h));
       s.x = x->data() + h.data_offset;
       snap->files_.push_back(std::move(x));
       if (seg.y) {
-        COHORT_ASSIGN_OR_RETURN(auto y, MapChecked(env, dir, *seg.y, entry.schema.label_dtype(),
-                                                   WithRows(seg.rows, entry.schema.label_shape), &h));
+        COHORT_ASSIGN_OR_RETURN(auto y,
+                                MapChecked(env, dir, *seg.y, entry.schema.label_dtype(),
+                                           WithRows(seg.rows, entry.schema.label_shape), &h));
         s.y = y->data() + h.data_offset;
         snap->files_.push_back(std::move(y));
       }
-      COHORT_ASSIGN_OR_RETURN(auto ids, MapChecked(env, dir, seg.ids, Dtype::kUint64, {seg.rows}, &h));
+      COHORT_ASSIGN_OR_RETURN(auto ids,
+                              MapChecked(env, dir, seg.ids, Dtype::kUint64, {seg.rows}, &h));
       // .npy headers are padded to 64 bytes, so the id array is 8-byte aligned in the map.
       s.ids = reinterpret_cast<const uint64_t*>(ids->data() + h.data_offset);
       snap->files_.push_back(std::move(ids));

@@ -1,9 +1,9 @@
 #include "store/snapshot.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "store/store.h"
 #include "store/test_util.h"

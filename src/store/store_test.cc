@@ -1,11 +1,10 @@
 #include "store/store.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "store/snapshot.h"
 #include "store/test_util.h"
@@ -135,8 +134,8 @@ TEST(StoreTest, WriterCleansUpLeftoversOfAnInterruptedCommit) {
     auto txn = Transaction::Begin(dir);
     ASSERT_TRUE(txn.ok()) << txn.status().ToString();
   }
-  for (const char* gone : {"train-seg-000009.x.npy", "train-gen-000003.rows.npy",
-                           "gen-000003.json", "CURRENT.tmp"}) {
+  for (const char* gone :
+       {"train-seg-000009.x.npy", "train-gen-000003.rows.npy", "gen-000003.json", "CURRENT.tmp"}) {
     EXPECT_FALSE(std::filesystem::exists(dir + "/" + gone)) << gone;
   }
   EXPECT_TRUE(std::filesystem::exists(dir + "/notes.txt"));

@@ -1,14 +1,13 @@
 // Helpers shared by the store's unit tests: scratch directories and small sample arrays.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "store/host_array.h"
 

@@ -18,10 +18,10 @@ struct Transaction::TableState {
 
   TableSchema schema;
   bool changed = false;  // needs a new rows file (created, appended, removed, moved, compacted)
-  std::optional<TableEntry> base_entry;   // as in the base generation, if the table existed
-  std::map<uint64_t, SegmentEntry> segments;       // every segment rows may point into
-  std::unordered_map<uint64_t, SegView> views;     // the same, mapped
-  std::vector<uint64_t> refs;                      // live rows in table order
+  std::optional<TableEntry> base_entry;         // as in the base generation, if the table existed
+  std::map<uint64_t, SegmentEntry> segments;    // every segment rows may point into
+  std::unordered_map<uint64_t, SegView> views;  // the same, mapped
+  std::vector<uint64_t> refs;                   // live rows in table order
 
   uint64_t IdOf(uint64_t ref) const { return views.at(RefSegment(ref)).ids[RefRow(ref)]; }
   const std::byte* FeaturesOf(uint64_t ref) const {
@@ -168,8 +168,10 @@ Status Transaction::CleanUpLeftovers() {
     } else if (auto gen = ParseManifestFileName(name)) {
       stray = *gen > current;
     } else if (IsStoreDataFile(name)) {
-      if (auto seg = NumberAfter(name, "-seg-")) stray = *seg >= next_segment;
-      else if (auto gen = NumberAfter(name, "-gen-")) stray = *gen > current;
+      if (auto seg = NumberAfter(name, "-seg-"))
+        stray = *seg >= next_segment;
+      else if (auto gen = NumberAfter(name, "-gen-"))
+        stray = *gen > current;
     }
     if (stray) {
       COHORT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(dir_, name)));
@@ -264,17 +266,17 @@ Result<SegmentEntry> Transaction::WriteSegment(const std::string& table, const T
   seg.id = next_.next_segment++;
   seg.rows = rows;
   auto x_shape = WithRows(rows, schema.feature_shape);
-  COHORT_ASSIGN_OR_RETURN(seg.x, WriteNpyFile(SegmentFileName(table, seg.id, "x"),
-                                              schema.feature_dtype, x_shape, x));
+  COHORT_ASSIGN_OR_RETURN(
+      seg.x, WriteNpyFile(SegmentFileName(table, seg.id, "x"), schema.feature_dtype, x_shape, x));
   if (schema.has_labels()) {
     auto y_shape = WithRows(rows, schema.label_shape);
-    COHORT_ASSIGN_OR_RETURN(seg.y, WriteNpyFile(SegmentFileName(table, seg.id, "y"),
-                                                schema.label_dtype(), y_shape, y));
+    COHORT_ASSIGN_OR_RETURN(
+        seg.y, WriteNpyFile(SegmentFileName(table, seg.id, "y"), schema.label_dtype(), y_shape, y));
   }
   std::vector<uint64_t> id_shape{rows};
-  COHORT_ASSIGN_OR_RETURN(seg.ids, WriteNpyFile(SegmentFileName(table, seg.id, "id"),
-                                                Dtype::kUint64, id_shape,
-                                                reinterpret_cast<const std::byte*>(ids)));
+  COHORT_ASSIGN_OR_RETURN(
+      seg.ids, WriteNpyFile(SegmentFileName(table, seg.id, "id"), Dtype::kUint64, id_shape,
+                            reinterpret_cast<const std::byte*>(ids)));
   return seg;
 }
 
@@ -283,7 +285,9 @@ Status Transaction::MapSegment(TableState* table, const SegmentEntry& seg) {
   view.rows = seg.rows;
   auto map = [&](const FileEntry& f) -> Result<const std::byte*> {
     COHORT_ASSIGN_OR_RETURN(auto file, env_->MapReadOnly(JoinPath(dir_, f.file)));
-    COHORT_ASSIGN_OR_RETURN(NpyHeader h, ParseNpyHeader(std::span<const std::byte>(file->data(), file->size()), f.file));
+    COHORT_ASSIGN_OR_RETURN(
+        NpyHeader h,
+        ParseNpyHeader(std::span<const std::byte>(file->data(), file->size()), f.file));
     const std::byte* p = file->data() + h.data_offset;
     mapped_.push_back(std::move(file));
     return p;
@@ -305,7 +309,8 @@ Result<std::vector<uint64_t>> Transaction::Append(const std::string& table,
   COHORT_ASSIGN_OR_RETURN(TableState * t, MutableTable(table));
   const uint64_t n = features.rows();
   if (n == 0) return Status::InvalidArgument("table " + table + ": no samples to append");
-  if (features.dtype != t->schema.feature_dtype || features.row_shape() != t->schema.feature_shape) {
+  if (features.dtype != t->schema.feature_dtype ||
+      features.row_shape() != t->schema.feature_shape) {
     return Status::InvalidArgument(
         "schema mismatch: table " + table + " has features " + DtypeName(t->schema.feature_dtype) +
         ShapeToString(t->schema.feature_shape) + " per sample, input has " +
@@ -337,7 +342,8 @@ Status Transaction::Remove(const std::string& table, std::span<const uint64_t> i
 Status Transaction::Move(const std::string& from, const std::string& to,
                          std::span<const uint64_t> ids, const HostArray* labels) {
   COHORT_ASSIGN_OR_RETURN(TableState * src, MutableTable(from));
-  if (from == to) return Status::InvalidArgument("cannot move samples from table " + from + " to itself");
+  if (from == to)
+    return Status::InvalidArgument("cannot move samples from table " + from + " to itself");
   const uint64_t k = ids.size();
   if (labels != nullptr && labels->rows() != k) {
     return Status::InvalidArgument("move " + from + " -> " + to + ": " +
@@ -348,8 +354,8 @@ Status Transaction::Move(const std::string& from, const std::string& to,
     TableSchema schema = src->schema;
     if (!schema.has_labels() && labels != nullptr) {
       schema.label_kind = labels->dtype == Dtype::kInt64 ? LabelKind::kClass : LabelKind::kVector;
-      schema.label_shape = schema.label_kind == LabelKind::kClass ? std::vector<uint64_t>{}
-                                                                  : labels->row_shape();
+      schema.label_shape =
+          schema.label_kind == LabelKind::kClass ? std::vector<uint64_t>{} : labels->row_shape();
     }
     COHORT_RETURN_IF_ERROR(CreateTable(to, schema));
   }
@@ -365,7 +371,8 @@ Status Transaction::Move(const std::string& from, const std::string& to,
        src->schema.label_shape != dst->schema.label_shape)) {
     return Status::InvalidArgument("move " + from + " -> " + to + ": labels must be given (" +
                                    from + " has labels " + LabelKindName(src->schema.label_kind) +
-                                   ", " + to + " needs " + LabelKindName(dst->schema.label_kind) + ")");
+                                   ", " + to + " needs " + LabelKindName(dst->schema.label_kind) +
+                                   ")");
   }
   if (labels != nullptr) COHORT_RETURN_IF_ERROR(CheckLabels(to, dst->schema, labels, k));
   if (k == 0) return Status::OK();
@@ -383,9 +390,9 @@ Status Transaction::Move(const std::string& from, const std::string& to,
     if (yb > 0 && labels == nullptr) std::memcpy(y.data() + i * yb, src->LabelOf(ref), yb);
   }
   if (yb > 0 && labels != nullptr) std::memcpy(y.data(), labels->data.data(), k * yb);
-  COHORT_ASSIGN_OR_RETURN(SegmentEntry seg,
-                          WriteSegment(to, dst->schema, k, x.data(), yb > 0 ? y.data() : nullptr,
-                                       new_ids.data()));
+  COHORT_ASSIGN_OR_RETURN(
+      SegmentEntry seg,
+      WriteSegment(to, dst->schema, k, x.data(), yb > 0 ? y.data() : nullptr, new_ids.data()));
   COHORT_RETURN_IF_ERROR(MapSegment(dst, seg));
   src->DropPositions(positions);
   for (uint64_t i = 0; i < k; i++) dst->refs.push_back(MakeRowRef(seg.id, i));
@@ -418,8 +425,9 @@ Result<std::vector<std::string>> Transaction::Compact(double threshold) {
       if (yb > 0) std::memcpy(y.data() + i * yb, t->LabelOf(ref), yb);
       ids[i] = t->IdOf(ref);
     }
-    COHORT_ASSIGN_OR_RETURN(SegmentEntry seg, WriteSegment(name, t->schema, n, x.data(),
-                                                           yb > 0 ? y.data() : nullptr, ids.data()));
+    COHORT_ASSIGN_OR_RETURN(
+        SegmentEntry seg,
+        WriteSegment(name, t->schema, n, x.data(), yb > 0 ? y.data() : nullptr, ids.data()));
     COHORT_RETURN_IF_ERROR(MapSegment(t.get(), seg));
     for (uint64_t i = 0; i < n; i++) t->refs[i] = MakeRowRef(seg.id, i);
     t->changed = true;

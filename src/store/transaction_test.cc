@@ -1,11 +1,10 @@
 #include "store/transaction.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
-
-#include <gtest/gtest.h>
 
 #include "store/store.h"
 #include "store/test_util.h"

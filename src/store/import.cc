@@ -1,0 +1,789 @@
+#include "store/import.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace cohort::store {
+
+namespace {
+
+constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 40;
+
+// Closes a file descriptor on scope exit unless released.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// The byte size of an array of `shape` with elements of `elem` bytes; false on overflow.
+bool CheckedBytes(std::span<const uint64_t> shape, uint64_t elem, uint64_t* bytes) {
+  uint64_t n = elem;
+  for (uint64_t d : shape) {
+    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / d) return false;
+    n *= d;
+  }
+  *bytes = n;
+  return true;
+}
+
+// An array handed in by a caller must hold exactly the bytes its shape and dtype promise.
+Status CheckConsistent(const HostArray& a, const std::string& what) {
+  uint64_t bytes = 0;
+  if (!CheckedBytes(a.shape, DtypeSize(a.dtype), &bytes) || bytes != a.data.size()) {
+    return Status::InvalidArgument(
+        what + ": " + DtypeName(a.dtype) + " array of shape " + ShapeToString(a.shape) + " holds " +
+        std::to_string(a.data.size()) + " bytes, which does not " + "match its shape");
+  }
+  return Status::OK();
+}
+
+template <typename T>
+T LoadAt(const HostArray& a, uint64_t i) {
+  T v;
+  std::memcpy(&v, a.data.data() + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <typename T>
+void StoreAt(HostArray* a, uint64_t i, T v) {
+  std::memcpy(a->data.data() + i * sizeof(T), &v, sizeof(T));
+}
+
+// Shortest text that reads back as `v`.
+template <typename T>
+std::string FormatNumber(T v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+std::string Hex(uint8_t b) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "0x%02X", static_cast<unsigned>(b));
+  return buf;
+}
+
+Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + path, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::FromErrno("open " + path, errno);
+  std::string out;
+  struct stat st;
+  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) {
+    out.reserve(static_cast<size_t>(st.st_size));
+  }
+  char buf[1 << 16];
+  while (true) {
+    ssize_t r = ::read(fd.get(), buf, sizeof(buf));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read " + path, errno);
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  return out;
+}
+
+std::string ParentDir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// ---------------------------------------------------------------------------------------
+// IDX
+
+// Reads a file through zlib, which passes plain (non-gzip) files through unchanged.
+class GzReader {
+ public:
+  explicit GzReader(std::string path) : path_(std::move(path)) {}
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  ~GzReader() {
+    if (gz_ != nullptr) gzclose(gz_);
+  }
+
+  Status Open() {
+    ScopedFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return Status::FromErrno("open " + path_, errno);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path_, errno);
+    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path_ + ": is a directory");
+    gz_ = gzdopen(fd.get(), "rb");
+    if (gz_ == nullptr) return Status::IOError(path_ + ": cannot start a gzip reader");
+    fd.release();  // gzclose closes it now
+    gzbuffer(gz_, 1 << 17);
+    return Status::OK();
+  }
+
+  // Reads up to `n` bytes; fewer only at the end of the data (including a gzip stream
+  // that ends early, which callers report as truncation).
+  Result<uint64_t> Read(void* buf, uint64_t n) {
+    uint64_t done = 0;
+    while (done < n) {
+      unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(n - done, uint64_t{1} << 30));
+      int r = gzread(gz_, static_cast<char*>(buf) + done, chunk);
+      if (r < 0) {
+        int err = Z_OK;
+        const char* msg = gzerror(gz_, &err);
+        if (err == Z_BUF_ERROR) break;  // "unexpected end of file": a truncated gzip stream
+        if (err == Z_ERRNO) return Status::FromErrno("read " + path_, errno);
+        return Status::Corruption(path_ + ": damaged gzip data: " + msg);
+      }
+      if (r == 0) break;
+      done += static_cast<uint64_t>(r);
+    }
+    return done;
+  }
+
+  // Reads to the end, returning how many bytes were left.
+  Result<uint64_t> CountRest() {
+    uint64_t total = 0;
+    std::vector<char> buf(1 << 16);
+    while (true) {
+      COHORT_ASSIGN_OR_RETURN(uint64_t got, Read(buf.data(), buf.size()));
+      total += got;
+      if (got < buf.size()) return total;
+    }
+  }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+};
+
+Result<Dtype> IdxDtype(uint8_t type, const std::string& path) {
+  switch (type) {
+    case 0x08:
+      return Dtype::kUint8;
+    case 0x0D:
+      return Dtype::kFloat32;
+    default:
+      break;
+  }
+  const char* name = nullptr;
+  switch (type) {
+    case 0x09:
+      name = "int8";
+      break;
+    case 0x0B:
+      name = "int16";
+      break;
+    case 0x0C:
+      name = "int32";
+      break;
+    case 0x0E:
+      name = "float64";
+      break;
+    default:
+      return Status::Corruption(path + ": not an IDX file: unknown data type byte " + Hex(type));
+  }
+  return Status::InvalidArgument(path + ": IDX data type " + name + " (" + Hex(type) +
+                                 ") is not supported (supported: uint8 0x08, float32 0x0D)");
+}
+
+// Converts big-endian 4-byte elements to host order in place.
+void BigEndianToHost32(std::vector<std::byte>* data) {
+  if constexpr (std::endian::native == std::endian::big) return;
+  for (size_t i = 0; i + 4 <= data->size(); i += 4) {
+    std::swap((*data)[i], (*data)[i + 3]);
+    std::swap((*data)[i + 1], (*data)[i + 2]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Conversions
+
+Status NeedsRows(const HostArray& a, const std::string& what, const char* role) {
+  if (a.shape.empty()) {
+    return Status::InvalidArgument(what + ": " + role +
+                                   " must have at least one dimension (the samples), got a "
+                                   "scalar");
+  }
+  return Status::OK();
+}
+
+template <typename T>
+void WidenToFloat32(const HostArray& a, HostArray* out) {
+  const uint64_t n = a.num_elements();
+  for (uint64_t i = 0; i < n; i++) StoreAt<float>(out, i, static_cast<float>(LoadAt<T>(a, i)));
+}
+
+// Any supported dtype to float32, same shape.
+Result<HostArray> ConvertToFloat32(HostArray a, const std::string& what) {
+  if (a.dtype == Dtype::kFloat32) return a;
+  HostArray out(Dtype::kFloat32, a.shape);
+  switch (a.dtype) {
+    case Dtype::kUint8:
+      WidenToFloat32<uint8_t>(a, &out);
+      break;
+    case Dtype::kInt32:
+      WidenToFloat32<int32_t>(a, &out);
+      break;
+    case Dtype::kInt64:
+      WidenToFloat32<int64_t>(a, &out);
+      break;
+    case Dtype::kUint64:
+      WidenToFloat32<uint64_t>(a, &out);
+      break;
+    case Dtype::kFloat64: {
+      const uint64_t n = a.num_elements();
+      for (uint64_t i = 0; i < n; i++) {
+        double v = LoadAt<double>(a, i);
+        float f = static_cast<float>(v);
+        if (std::isinf(f) && std::isfinite(v)) {
+          return Status::InvalidArgument(what + ": element " + std::to_string(i) + " (" +
+                                         FormatNumber(v) + ") is out of range for float32");
+        }
+        StoreAt<float>(&out, i, f);
+      }
+      break;
+    }
+    case Dtype::kFloat32:
+      break;
+  }
+  return out;
+}
+
+// A float value as an int64 class label, or an error naming it.
+template <typename T>
+Status FloatToClass(T v, uint64_t i, const std::string& what, int64_t* out) {
+  // 2^63 is exactly representable; [-2^63, 2^63) is int64's range.
+  constexpr double kLimit = 9223372036854775808.0;
+  const double d = static_cast<double>(v);
+  if (!std::isfinite(d) || d != std::trunc(d) || d < -kLimit || d >= kLimit) {
+    return Status::InvalidArgument(what + ": label " + std::to_string(i) + " is " +
+                                   FormatNumber(v) +
+                                   ", not an integer; class labels must be integral");
+  }
+  *out = static_cast<int64_t>(d);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------
+// CSV
+
+// A value's text for messages: at most 40 characters.
+std::string Excerpt(std::string_view s) {
+  if (s.size() <= 40) return std::string(s);
+  return std::string(s.substr(0, 37)) + "...";
+}
+
+std::string_view Trim(std::string_view s) {
+  size_t b = 0;
+  size_t e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t')) b++;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\r')) e--;
+  return s.substr(b, e - b);
+}
+
+bool IsBlank(std::string_view s) { return Trim(s).empty(); }
+
+// Splits one CSV line into trimmed fields. A field may be double-quoted (the delimiter may
+// then appear inside it, and "" stands for one quote); its content is returned unquoted.
+// Returns false for an unterminated quote or text after a closing quote.
+bool SplitFields(std::string_view line, char delim, std::vector<std::string>* fields) {
+  fields->clear();
+  size_t i = 0;
+  while (true) {
+    // One field starting at i.
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t') && line[i] != delim) i++;
+    std::string field;
+    if (i < line.size() && line[i] == '"') {
+      i++;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            field.push_back('"');
+            i += 2;
+            continue;
+          }
+          closed = true;
+          i++;
+          break;
+        }
+        field.push_back(line[i++]);
+      }
+      if (!closed) return false;
+      while (i < line.size() && line[i] != delim) {
+        if (line[i] != ' ' && line[i] != '\t') return false;
+        i++;
+      }
+    } else {
+      size_t end = line.find(delim, i);
+      if (end == std::string_view::npos) end = line.size();
+      field = std::string(Trim(line.substr(i, end - i)));
+      i = end;
+    }
+    fields->push_back(std::move(field));
+    if (i >= line.size()) return true;
+    i++;  // the delimiter
+  }
+}
+
+enum class ParseError { kOk, kEmpty, kNotNumber, kNotFinite, kOutOfRange };
+
+// std::from_chars does not take a leading '+'; we do.
+std::string_view SkipPlus(std::string_view s) {
+  if (s.size() >= 2 && s[0] == '+' && s[1] != '-' && s[1] != '+') return s.substr(1);
+  return s;
+}
+
+// Parses a decimal float32 (std::from_chars: locale-free, correctly rounded).
+ParseError ParseFloat32(std::string_view text, float* out) {
+  if (text.empty()) return ParseError::kEmpty;
+  std::string_view s = SkipPlus(text);
+  float v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::general);
+  if (r.ec == std::errc::invalid_argument || r.ptr != s.data() + s.size()) {
+    return ParseError::kNotNumber;
+  }
+  if (r.ec == std::errc::result_out_of_range) {
+    // Overflow is an error; underflow rounds to zero or a subnormal, as numpy does.
+    float f = std::strtof(std::string(s).c_str(), nullptr);
+    if (std::isinf(f)) return ParseError::kOutOfRange;
+    v = f;
+  }
+  if (!std::isfinite(v)) return ParseError::kNotFinite;
+  *out = v;
+  return ParseError::kOk;
+}
+
+struct LabelValue {
+  double value = 0;
+  bool integral = false;
+  int64_t integer = 0;
+};
+
+ParseError ParseLabel(std::string_view text, LabelValue* out) {
+  if (text.empty()) return ParseError::kEmpty;
+  std::string_view s = SkipPlus(text);
+  const char* end = s.data() + s.size();
+  int64_t i = 0;
+  auto ri = std::from_chars(s.data(), end, i);
+  if (ri.ec == std::errc() && ri.ptr == end) {
+    *out = {static_cast<double>(i), true, i};
+    return ParseError::kOk;
+  }
+  double d = 0;
+  auto r = std::from_chars(s.data(), end, d, std::chars_format::general);
+  if (r.ec == std::errc::invalid_argument || r.ptr != end) return ParseError::kNotNumber;
+  if (r.ec == std::errc::result_out_of_range) {
+    d = std::strtod(std::string(s).c_str(), nullptr);
+    if (std::isinf(d)) return ParseError::kOutOfRange;
+  }
+  if (!std::isfinite(d)) return ParseError::kNotFinite;
+  constexpr double kLimit = 9223372036854775808.0;
+  out->value = d;
+  out->integral = d == std::trunc(d) && d >= -kLimit && d < kLimit;
+  out->integer = out->integral ? static_cast<int64_t>(d) : 0;
+  return ParseError::kOk;
+}
+
+Status ValueError(const std::string& where, const std::string& column, std::string_view text,
+                  ParseError err) {
+  std::string head = where + ": column '" + column + "': ";
+  switch (err) {
+    case ParseError::kEmpty:
+      return Status::InvalidArgument(head + "empty value");
+    case ParseError::kNotNumber:
+      return Status::InvalidArgument(head + "'" + Excerpt(text) + "' is not a number");
+    case ParseError::kNotFinite:
+      return Status::InvalidArgument(head + "'" + Excerpt(text) + "' is not a finite number");
+    case ParseError::kOutOfRange:
+      return Status::InvalidArgument(head + "'" + Excerpt(text) + "' is out of range for float32");
+    case ParseError::kOk:
+      break;
+  }
+  return Status::OK();
+}
+
+std::string ListColumns(const std::vector<std::string>& names) {
+  constexpr size_t kMaxListed = 20;
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < kMaxListed; i++) {
+    if (i > 0) s += ", ";
+    s += "'" + Excerpt(names[i]) + "'";
+  }
+  if (names.size() > kMaxListed) {
+    s += ", ... (" + std::to_string(names.size()) + " columns)";
+  }
+  return s;
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------
+
+Result<HostArray> ReadIdxFile(const std::string& path) {
+  GzReader in(path);
+  COHORT_RETURN_IF_ERROR(in.Open());
+  auto bad = [&](const std::string& why) {
+    return Status::Corruption(path + ": not an IDX file: " + why);
+  };
+
+  uint8_t magic[4] = {};
+  COHORT_ASSIGN_OR_RETURN(uint64_t got, in.Read(magic, sizeof(magic)));
+  if (got < sizeof(magic)) {
+    return bad("only " + std::to_string(got) + " bytes, shorter than the 4-byte magic");
+  }
+  if (magic[0] != 0 || magic[1] != 0) {
+    return bad("bad magic " + Hex(magic[0]) + " " + Hex(magic[1]) + " " + Hex(magic[2]) + " " +
+               Hex(magic[3]) + " (expected 0x00 0x00 <type> <dimensions>)");
+  }
+  COHORT_ASSIGN_OR_RETURN(Dtype dtype, IdxDtype(magic[2], path));
+  const size_t ndims = magic[3];
+  if (ndims == 0) return bad("zero dimensions");
+
+  std::vector<uint8_t> raw(size_t{4} * ndims);
+  COHORT_ASSIGN_OR_RETURN(got, in.Read(raw.data(), raw.size()));
+  if (got < raw.size()) {
+    return Status::Corruption(path + ": truncated IDX header: " + std::to_string(ndims) +
+                              " dimensions need " + std::to_string(raw.size()) + " bytes, found " +
+                              std::to_string(got));
+  }
+  std::vector<uint64_t> shape(ndims);
+  for (size_t i = 0; i < ndims; i++) {
+    shape[i] = (uint64_t{raw[4 * i]} << 24) | (uint64_t{raw[4 * i + 1]} << 16) |
+               (uint64_t{raw[4 * i + 2]} << 8) | uint64_t{raw[4 * i + 3]};
+  }
+  uint64_t bytes = 0;
+  if (!CheckedBytes(shape, DtypeSize(dtype), &bytes) || bytes > kMaxIdxBytes) {
+    return Status::Corruption(path + ": IDX dimensions " + ShapeToString(shape) +
+                              " describe more than 2^40 bytes of " + DtypeName(dtype) + " data");
+  }
+
+  // Grow the buffer as data arrives rather than trusting the header: a damaged header
+  // must not make us allocate a terabyte before noticing the file is short.
+  HostArray out;
+  out.dtype = dtype;
+  out.shape = shape;
+  constexpr uint64_t kMinChunk = uint64_t{64} << 20;
+  got = 0;
+  while (got < bytes) {
+    const uint64_t size = std::min(bytes, std::max(kMinChunk, 2 * got));
+    out.data.resize(size);
+    COHORT_ASSIGN_OR_RETURN(uint64_t n, in.Read(out.data.data() + got, size - got));
+    got += n;
+    if (got < size) break;
+  }
+  if (got < bytes) {
+    return Status::Corruption(path + ": truncated IDX file: dimensions " + ShapeToString(shape) +
+                              " promise " + std::to_string(bytes) + " data bytes, found " +
+                              std::to_string(got));
+  }
+  COHORT_ASSIGN_OR_RETURN(uint64_t rest, in.CountRest());
+  if (rest > 0) {
+    return Status::Corruption(path + ": " + std::to_string(rest) +
+                              " bytes of trailing data after the " + std::to_string(bytes) +
+                              " data bytes that dimensions " + ShapeToString(shape) + " promise");
+  }
+  if (dtype == Dtype::kFloat32) BigEndianToHost32(&out.data);
+  return out;
+}
+
+Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images,
+                                                       const std::string& labels) {
+  COHORT_ASSIGN_OR_RETURN(HostArray x, ReadIdxFile(images));
+  COHORT_ASSIGN_OR_RETURN(HostArray y, ReadIdxFile(labels));
+  COHORT_ASSIGN_OR_RETURN(y, ToClassLabels(std::move(y), labels));
+  if (x.rows() != y.rows()) {
+    return Status::InvalidArgument(images + " has " + std::to_string(x.rows()) + " samples but " +
+                                   labels + " has " + std::to_string(y.rows()) + " labels");
+  }
+  return std::make_pair(std::move(x), std::move(y));
+}
+
+Result<HostArray> ReadNpyFile(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::FromErrno("open " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* addr = nullptr;
+  if (size > 0) {
+    addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (addr == MAP_FAILED) return Status::FromErrno("mmap " + path, errno);
+  }
+  struct Unmap {
+    void* addr;
+    size_t size;
+    ~Unmap() {
+      if (addr != nullptr) ::munmap(addr, size);
+    }
+  } unmap{addr, size};
+
+  std::span<const std::byte> file(static_cast<const std::byte*>(addr), addr != nullptr ? size : 0);
+  COHORT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(file, path));
+  const uint64_t bytes = header.data_bytes();  // ParseNpyHeader checked the file is exactly this
+  HostArray out(header.dtype, header.shape);
+  if (bytes > 0) std::memcpy(out.data.data(), file.data() + header.data_offset, bytes);
+  return out;
+}
+
+Status WriteNpyFile(const std::string& path, const HostArray& array) {
+  COHORT_RETURN_IF_ERROR(CheckConsistent(array, path));
+  const std::string header = EncodeNpyHeader(array.dtype, array.shape);
+  // A v1.0 header's length field is 16 bits.
+  if (header.size() - 10 > std::numeric_limits<uint16_t>::max()) {
+    return Status::InvalidArgument(path + ": shape " + ShapeToString(array.shape) +
+                                   " is too long for a .npy version 1.0 header");
+  }
+  const std::string tmp = path + ".tmp";
+  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return Status::FromErrno("open " + tmp, errno);
+  Status s = WriteAll(fd.get(), header.data(), header.size(), tmp);
+  if (s.ok()) s = WriteAll(fd.get(), array.data.data(), array.data.size(), tmp);
+  if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
+  if (s.ok() && ::close(fd.release()) != 0) s = Status::FromErrno("close " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Status::FromErrno("rename " + tmp + " to " + path, errno);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  const std::string dir = ParentDir(path);
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() < 0) return Status::FromErrno("open " + dir, errno);
+  if (::fsync(dfd.get()) != 0) return Status::FromErrno("fsync " + dir, errno);
+  return Status::OK();
+}
+
+Result<HostArray> ToStoreFeatures(HostArray a, const std::string& what) {
+  COHORT_RETURN_IF_ERROR(CheckConsistent(a, what));
+  COHORT_RETURN_IF_ERROR(NeedsRows(a, what, "features"));
+  if (a.dtype == Dtype::kUint8 || a.dtype == Dtype::kFloat32) return a;
+  return ConvertToFloat32(std::move(a), what);
+}
+
+Result<HostArray> ToClassLabels(HostArray a, const std::string& what) {
+  COHORT_RETURN_IF_ERROR(CheckConsistent(a, what));
+  const bool column = a.shape.size() == 2 && a.shape[1] == 1;
+  if (a.shape.size() != 1 && !column) {
+    return Status::InvalidArgument(what + ": class labels must have shape (n,) or (n, 1), not " +
+                                   ShapeToString(a.shape));
+  }
+  const uint64_t n = a.shape[0];
+  if (a.dtype == Dtype::kInt64) {
+    a.shape = {n};
+    return a;
+  }
+  HostArray out(Dtype::kInt64, {n});
+  for (uint64_t i = 0; i < n; i++) {
+    int64_t v = 0;
+    switch (a.dtype) {
+      case Dtype::kUint8:
+        v = LoadAt<uint8_t>(a, i);
+        break;
+      case Dtype::kInt32:
+        v = LoadAt<int32_t>(a, i);
+        break;
+      case Dtype::kInt64:
+        v = LoadAt<int64_t>(a, i);
+        break;
+      case Dtype::kUint64: {
+        uint64_t u = LoadAt<uint64_t>(a, i);
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          return Status::InvalidArgument(what + ": label " + std::to_string(i) + " is " +
+                                         std::to_string(u) + ", beyond the int64 range");
+        }
+        v = static_cast<int64_t>(u);
+        break;
+      }
+      case Dtype::kFloat32:
+        COHORT_RETURN_IF_ERROR(FloatToClass(LoadAt<float>(a, i), i, what, &v));
+        break;
+      case Dtype::kFloat64:
+        COHORT_RETURN_IF_ERROR(FloatToClass(LoadAt<double>(a, i), i, what, &v));
+        break;
+    }
+    StoreAt<int64_t>(&out, i, v);
+  }
+  return out;
+}
+
+Result<HostArray> ToVectorLabels(HostArray a, const std::string& what) {
+  COHORT_RETURN_IF_ERROR(CheckConsistent(a, what));
+  COHORT_RETURN_IF_ERROR(NeedsRows(a, what, "vector labels"));
+  COHORT_ASSIGN_OR_RETURN(HostArray out, ConvertToFloat32(std::move(a), what));
+  if (out.shape.size() == 1) out.shape.push_back(1);
+  return out;
+}
+
+Result<std::pair<HostArray, HostArray>> ReadCsvDataset(const std::string& path,
+                                                       const CsvOptions& options) {
+  using LabelType = CsvOptions::LabelType;
+  const char delim = options.delimiter;
+  if (delim == '"' || delim == '\n' || delim == '\r' || delim == '\0') {
+    return Status::InvalidArgument(path + ": unusable CSV delimiter " +
+                                   Hex(static_cast<uint8_t>(delim)));
+  }
+  if (options.label_column.empty()) {
+    return Status::InvalidArgument(path + ": no label column name given");
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string content, ReadFileToString(path));
+  std::string_view text = content;
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte-order mark
+
+  size_t pos = 0;
+  uint64_t line_no = 0;
+  // The next line without its '\n' (and '\r'), skipping blank lines.
+  auto next_line = [&](std::string_view* line) {
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string_view::npos) nl = text.size();
+      std::string_view l = text.substr(pos, nl - pos);
+      pos = nl + 1;
+      line_no++;
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (!IsBlank(l)) {
+        *line = l;
+        return true;
+      }
+    }
+    return false;
+  };
+  auto where = [&] { return path + ":" + std::to_string(line_no); };
+
+  std::string_view line;
+  if (!next_line(&line)) {
+    return Status::InvalidArgument(path +
+                                   ": empty file, expected a header line naming the "
+                                   "columns");
+  }
+  std::vector<std::string> names;
+  if (!SplitFields(line, delim, &names)) {
+    return Status::InvalidArgument(where() + ": header: unterminated or malformed quoted name");
+  }
+  const size_t ncols = names.size();
+  size_t label_col = ncols;
+  size_t matches = 0;
+  for (size_t c = 0; c < ncols; c++) {
+    if (names[c] == options.label_column) {
+      label_col = c;
+      matches++;
+    }
+  }
+  if (matches == 0) {
+    return Status::InvalidArgument(path + ": no column named '" + options.label_column +
+                                   "' (columns: " + ListColumns(names) + ")");
+  }
+  if (matches > 1) {
+    return Status::InvalidArgument(path + ": column name '" + options.label_column + "' appears " +
+                                   std::to_string(matches) + " times in the header");
+  }
+  if (ncols < 2) {
+    return Status::InvalidArgument(path + ": no feature columns besides the label column '" +
+                                   options.label_column + "'");
+  }
+  const uint64_t nfeat = ncols - 1;
+
+  std::vector<float> features;
+  std::vector<LabelValue> labels;
+  std::vector<std::string> fields;
+  while (next_line(&line)) {
+    if (!SplitFields(line, delim, &fields)) {
+      return Status::InvalidArgument(where() + ": unterminated or malformed quoted field");
+    }
+    if (fields.size() != ncols) {
+      return Status::InvalidArgument(where() + ": expected " + std::to_string(ncols) +
+                                     " fields, found " + std::to_string(fields.size()));
+    }
+    for (size_t c = 0; c < ncols; c++) {
+      if (c == label_col) {
+        LabelValue v;
+        ParseError err = ParseLabel(fields[c], &v);
+        if (err != ParseError::kOk) return ValueError(where(), names[c], fields[c], err);
+        if (options.label_type == LabelType::kClass && !v.integral) {
+          return Status::InvalidArgument(where() + ": column '" + names[c] + "': '" +
+                                         Excerpt(fields[c]) +
+                                         "' is not an integer; class labels must be integral");
+        }
+        if (options.label_type != LabelType::kClass && !v.integral &&
+            std::isinf(static_cast<float>(v.value))) {
+          return ValueError(where(), names[c], fields[c], ParseError::kOutOfRange);
+        }
+        labels.push_back(v);
+      } else {
+        float f = 0;
+        ParseError err = ParseFloat32(fields[c], &f);
+        if (err != ParseError::kOk) return ValueError(where(), names[c], fields[c], err);
+        features.push_back(f);
+      }
+    }
+  }
+  const uint64_t n = labels.size();
+  if (n == 0) return Status::InvalidArgument(path + ": no data rows after the header");
+
+  HostArray x(Dtype::kFloat32, {n, nfeat});
+  std::memcpy(x.data.data(), features.data(), features.size() * sizeof(float));
+
+  bool classes = options.label_type == LabelType::kClass;
+  if (options.label_type == LabelType::kAuto) {
+    classes =
+        std::all_of(labels.begin(), labels.end(), [](const LabelValue& v) { return v.integral; });
+  }
+  HostArray y;
+  if (classes) {
+    y = HostArray(Dtype::kInt64, {n});
+    for (uint64_t i = 0; i < n; i++) StoreAt<int64_t>(&y, i, labels[i].integer);
+  } else {
+    y = HostArray(Dtype::kFloat32, {n, 1});
+    for (uint64_t i = 0; i < n; i++) {
+      // Non-integral values were range-checked while parsing.
+      const LabelValue& v = labels[i];
+      StoreAt<float>(&y, i,
+                     v.integral ? static_cast<float>(v.integer) : static_cast<float>(v.value));
+    }
+  }
+  return std::make_pair(std::move(x), std::move(y));
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,88 @@
+// Importers and exporters between files users bring and the HostArrays the store accepts:
+// MNIST-style IDX files (plain or gzip), numpy .npy files, and CSV tables with a header
+// row; plus WriteNpyFile, which `cohort data export` uses, and the conversions that bring
+// any numeric array to the dtypes and shapes a TableSchema allows.
+//
+// Every function reads or writes whole files in memory and returns a Status whose message
+// is one line naming the file (and the line and column for CSV). Malformed binary files
+// (bad magic, truncated data, trailing bytes) are kCorruption; content the store cannot
+// take (a non-numeric CSV value, a missing column, mismatched counts) is kInvalidArgument;
+// the operating system's refusals are kIOError / kNotFound.
+//
+// These functions touch the filesystem directly, not through an Env: they handle files
+// outside the store, so fault injection does not apply to them.
+//
+// Thread-safety: free functions without shared state; safe to call concurrently (on
+// different output paths for WriteNpyFile).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "common/status.h"
+#include "store/host_array.h"
+
+namespace cohort::store {
+
+// Reads an IDX file (the MNIST / Fashion-MNIST format), gzip-compressed or plain: two zero
+// bytes, a type byte, a dimension count, big-endian uint32 dimensions, then the big-endian
+// data. Types 0x08 (uint8) and 0x0D (float32, converted to host order) are supported;
+// other types are rejected. The file must hold exactly the bytes its dimensions promise,
+// and at most 2^40 of them.
+Result<HostArray> ReadIdxFile(const std::string& path);
+
+// Reads an IDX image file and its IDX label file: features as stored (e.g. uint8
+// (n, 28, 28)) and labels as int64 classes of shape (n,). The sample counts must match.
+Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images,
+                                                       const std::string& labels);
+
+// Reads a whole .npy file (format version 1.0, 2.0 or 3.0; C order; little-endian or
+// byte-order-free dtypes). Bytes after the array data are rejected.
+Result<HostArray> ReadNpyFile(const std::string& path);
+
+// Writes `array` as a version 1.0 .npy file: to path + ".tmp" first, fsync'd, then renamed
+// over `path` and the directory fsync'd, so `path` holds either its old content or the
+// complete new file.
+Status WriteNpyFile(const std::string& path, const HostArray& array);
+
+// The conversions below take the array by value (move it in to avoid a copy) and name
+// `what` (usually the source file) in their messages.
+
+// Features: uint8 and float32 are kept as they are; float64, int32, int64 and uint64 are
+// converted to float32 (nearest value; a finite float64 beyond float32's range is an
+// error). The array must have at least one dimension (its rows).
+Result<HostArray> ToStoreFeatures(HostArray a, const std::string& what);
+
+// Class labels: int64 of shape (n,). Accepts uint8, int32, int64 and uint64 (values must
+// fit in int64), and float32 / float64 whose values are all integral. Shape (n,) or
+// (n, 1); the latter is squeezed to (n,).
+Result<HostArray> ToClassLabels(HostArray a, const std::string& what);
+
+// Vector labels (regression targets): float32 of shape (n, ...). Any numeric dtype is
+// converted as in ToStoreFeatures; shape (n,) becomes (n, 1), since a vector label is
+// never a scalar. A scalar array is an error.
+Result<HostArray> ToVectorLabels(HostArray a, const std::string& what);
+
+struct CsvOptions {
+  // Name of the label column (as written in the header row, after trimming and unquoting).
+  std::string label_column;
+  enum class LabelType {
+    kAuto,    // int64 classes if every label value is integral ("3", "-1", "3.0"), else vector
+    kClass,   // int64 classes; a non-integral value is an error
+    kVector,  // float32 of shape (n, 1)
+  };
+  LabelType label_type = LabelType::kAuto;
+  char delimiter = ',';
+};
+
+// Reads a CSV table whose first line names the columns. Names are trimmed of whitespace and
+// may be double-quoted. The label column is found by name; every other column is a feature,
+// giving float32 features of shape (n, columns - 1) in file order, and labels per
+// `options.label_type`. Each data row must have as many fields as the header. Values are
+// decimal numbers (optionally double-quoted, surrounded by whitespace); empty values, NaN
+// and infinities are rejected. CRLF line ends, a UTF-8 byte-order mark and blank lines are
+// accepted. A file without data rows is an error.
+Result<std::pair<HostArray, HostArray>> ReadCsvDataset(const std::string& path,
+                                                       const CsvOptions& options);
+
+}  // namespace cohort::store
