@@ -1,5 +1,6 @@
 #include "store/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -51,37 +52,45 @@ uint64_t Table::ref(uint64_t row) const {
   return MakeRowRef(segs_[l.seg].id, l.row);
 }
 
-Status Table::GatherFeatures(std::span<const uint64_t> rows, std::byte* dst) const {
+Status Table::Gather(std::span<const uint64_t> rows, bool labels, std::byte* dst) const {
   const size_t n = locs_.size();
-  const size_t bytes = feature_bytes_;
   for (uint64_t r : rows) {
     if (r >= n) {
       return Status::InvalidArgument("table " + name_ + ": row " + std::to_string(r) +
                                      " is out of range (size " + std::to_string(n) + ")");
     }
+  }
+  const size_t bytes = labels ? label_bytes_ : feature_bytes_;
+  auto source = [&](uint64_t r) {
     const Loc& l = locs_[r];
-    std::memcpy(dst, segs_[l.seg].x + l.row * bytes, bytes);
+    return (labels ? segs_[l.seg].y : segs_[l.seg].x) + l.row * bytes;
+  };
+  // Shuffled rows are cache misses one after another; fetching the rows a few places ahead
+  // overlaps those misses with the copies (about 2x on 784-byte rows, docs/benchmarks.md).
+  // Keep about kBytesInFlight of prefetches outstanding whatever the row size.
+  constexpr size_t kBytesInFlight = 12288;
+  constexpr size_t kLine = 64;
+  const size_t kAhead = std::clamp<size_t>(kBytesInFlight / std::max<size_t>(bytes, 1), 1, 16);
+  for (size_t i = 0; i < rows.size(); i++) {
+    if (i + kAhead < rows.size()) {
+      const std::byte* next = source(rows[i + kAhead]);
+      for (size_t off = 0; off < bytes; off += kLine) __builtin_prefetch(next + off);
+    }
+    std::memcpy(dst, source(rows[i]), bytes);
     dst += bytes;
   }
   return Status::OK();
+}
+
+Status Table::GatherFeatures(std::span<const uint64_t> rows, std::byte* dst) const {
+  return Gather(rows, /*labels=*/false, dst);
 }
 
 Status Table::GatherLabels(std::span<const uint64_t> rows, std::byte* dst) const {
   if (!schema().has_labels()) {
     return Status::InvalidArgument("table " + name_ + " has no labels");
   }
-  const size_t n = locs_.size();
-  const size_t bytes = label_bytes_;
-  for (uint64_t r : rows) {
-    if (r >= n) {
-      return Status::InvalidArgument("table " + name_ + ": row " + std::to_string(r) +
-                                     " is out of range (size " + std::to_string(n) + ")");
-    }
-    const Loc& l = locs_[r];
-    std::memcpy(dst, segs_[l.seg].y + l.row * bytes, bytes);
-    dst += bytes;
-  }
-  return Status::OK();
+  return Gather(rows, /*labels=*/true, dst);
 }
 
 HostArray Table::ReadFeatures() const {

@@ -79,6 +79,7 @@ class Table {
     uint32_t seg;  // index into segs_
     uint32_t row;
   };
+  Status Gather(std::span<const uint64_t> rows, bool labels, std::byte* dst) const;
   std::string name_;
   const TableEntry* entry_ = nullptr;
   size_t feature_bytes_ = 0;
