@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -118,9 +119,9 @@ uint64_t SegmentRows(const store::TableEntry& t) {
 }
 
 std::string HumanBytes(uint64_t b) {
-  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", b / double(1ull << 30));
-  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
-  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));
+  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
   return fmt::format("{} B", b);
 }
 
@@ -373,7 +374,7 @@ Status RunSplit(const SplitArgs& a) {
     uint64_t count = a.count;
     if (a.fraction > 0) {
       if (a.fraction >= 1.0) return Status::InvalidArgument("--fraction must be in (0, 1)");
-      count = static_cast<uint64_t>(a.fraction * static_cast<double>(ids.size()) + 0.5);
+      count = static_cast<uint64_t>(std::llround(a.fraction * static_cast<double>(ids.size())));
     }
     if (count > ids.size()) {
       return Status::InvalidArgument(fmt::format(

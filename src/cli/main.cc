@@ -12,7 +12,7 @@
 #define COHORT_VERSION "0.0.0"
 #endif
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 setup only
   CLI::App app{"cohort: train an ensemble in parallel inside a closed data loop", "cohort"};
   app.set_version_flag("--version", COHORT_VERSION);
   app.require_subcommand(1);

@@ -94,6 +94,7 @@ class [[nodiscard]] Result {
     if (!cohort_status_.ok()) return cohort_status_; \
   } while (0)
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` may be a declaration, it cannot be wrapped.
 #define COHORT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return tmp.status();                 \
@@ -101,3 +102,4 @@ class [[nodiscard]] Result {
 
 #define COHORT_ASSIGN_OR_RETURN(lhs, expr) \
   COHORT_ASSIGN_OR_RETURN_IMPL_(COHORT_CONCAT_(cohort_result_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)
