@@ -18,18 +18,18 @@ store=$scratch/store
 "$cohort" data import "$store" --table train --idx "$images" "$labels" --limit $n
 "$cohort" data split "$store" --from train --to pool --count $((n / 5)) --seed 7
 # Remove two ids that are surely still in train (the split moved only ids it chose).
-keep=$("$cohort" data info "$store" --json >/dev/null && /usr/bin/python3 -c "
+keep=$(${COHORT_PYTHON:-/usr/bin/python3} -c "
 import sys; sys.path.insert(0, '$here/python'); import cohort_store
 ids = cohort_store.open('$store').table('train').ids
 print(','.join(str(i) for i in ids[:2]))")
 "$cohort" data remove "$store" --table train --ids "$keep"
-/usr/bin/python3 -c "
+${COHORT_PYTHON:-/usr/bin/python3} -c "
 import sys; sys.path.insert(0, '$here/python'); import cohort_store
 print('\n'.join(str(i) for i in cohort_store.open('$store').table('pool').ids[::3]))" > "$scratch/back.txt"
 "$cohort" data split "$store" --from pool --to train --ids-file "$scratch/back.txt"
 "$cohort" data compact "$store" --threshold 0.001
 
-/usr/bin/python3 "$here/python/cohort_store_test.py" --store "$store" \
+${COHORT_PYTHON:-/usr/bin/python3} "$here/python/cohort_store_test.py" --store "$store" \
   --images "$images" --labels "$labels" --count $n
-/usr/bin/python3 "$here/python/cohort_store_test.py" --self-test \
+${COHORT_PYTHON:-/usr/bin/python3} "$here/python/cohort_store_test.py" --self-test \
   --images "$images" --labels "$labels" --count 500

@@ -444,6 +444,18 @@ Status RunCompact(const std::string& dir, double threshold) {
   return Status::OK();
 }
 
+Status RunPrune(const std::string& dir, uint64_t keep) {
+  COHORT_ASSIGN_OR_RETURN(auto report, store::PruneGenerations(dir, keep));
+  if (report.removed_generations.empty()) {
+    fmt::print("nothing to prune: the store has at most {} generation(s)\n", keep);
+    return Status::OK();
+  }
+  fmt::print("pruned generations {}..{}: {} file(s), {} freed\n",
+             report.removed_generations.front(), report.removed_generations.back(),
+             report.removed_files, HumanBytes(report.freed_bytes));
+  return Status::OK();
+}
+
 Status RunExport(const std::string& dir, const std::string& table, const std::string& prefix,
                  std::optional<uint64_t> generation) {
   COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(dir, generation));
@@ -480,6 +492,7 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
     bool list_ids = false;
     uint64_t gen_a = 0;
     uint64_t gen_b = 0;
+    uint64_t keep = 0;
     std::string ids;
     std::string ids_file;
     std::string out;

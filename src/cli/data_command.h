@@ -1,5 +1,5 @@
 // `cohort data ...`: the store's command-line interface (init, import, info, log, diff, split,
-// remove, verify, compact, export, clone). Each subcommand reports failure as one Status
+// remove, verify, compact, prune, export, clone). Each subcommand reports failure as one Status
 // that main() prints as a single line.
 #pragma once
 

@@ -85,6 +85,42 @@ std::optional<uint64_t> ParseManifestFileName(std::string_view name) {
   return v;
 }
 
+namespace {
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The number after the last `marker` in a file name, ended by '.': "train-seg-000017.x.npy".
+std::optional<uint64_t> NumberAfter(std::string_view name, std::string_view marker) {
+  size_t at = name.rfind(marker);
+  if (at == std::string_view::npos) return std::nullopt;
+  at += marker.size();
+  uint64_t v = 0;
+  size_t digits = 0;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9' && digits < 19) {
+    v = v * 10 + static_cast<uint64_t>(name[at++] - '0');
+    digits++;
+  }
+  if (digits == 0 || at >= name.size() || name[at] != '.') return std::nullopt;
+  return v;
+}
+}  // namespace
+
+bool IsStoreDataFileName(std::string_view name) {
+  return (EndsWith(name, ".rows.npy") && NumberAfter(name, "-gen-").has_value()) ||
+         ((EndsWith(name, ".x.npy") || EndsWith(name, ".y.npy") || EndsWith(name, ".id.npy")) &&
+          NumberAfter(name, "-seg-").has_value());
+}
+
+bool IsUncommittedDataFile(std::string_view name, uint64_t current, uint64_t next_segment) {
+  if (EndsWith(name, ".rows.npy")) {
+    auto gen = NumberAfter(name, "-gen-");
+    return gen && *gen > current;
+  }
+  auto seg = NumberAfter(name, "-seg-");
+  return seg && *seg >= next_segment;
+}
+
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc) {
   const auto* p = reinterpret_cast<const Bytef*>(data.data());
   size_t n = data.size();

@@ -74,6 +74,13 @@ std::string SegmentFileName(const std::string& table, uint64_t segment, const ch
 // Parses "gen-000042.json" -> 42; nullopt for other names.
 std::optional<uint64_t> ParseManifestFileName(std::string_view name);
 
+// True for names of segment and rows files ("T-seg-NNNNNN.x.npy", "T-gen-NNNNNN.rows.npy").
+bool IsStoreDataFileName(std::string_view name);
+// True for a data file no generation up to `current` can name: counters only grow, so these
+// are a segment numbered at or above current's `next_segment` or a rows file of a later
+// generation, i.e. leftovers of an unfinished commit.
+bool IsUncommittedDataFile(std::string_view name, uint64_t current, uint64_t next_segment);
+
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc = 0);
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);
 std::string NowIso8601();

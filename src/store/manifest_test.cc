@@ -79,6 +79,20 @@ TEST(ManifestTest, FileNames) {
   EXPECT_FALSE(ParseManifestFileName("gen-abc.json").has_value());
 }
 
+TEST(ManifestTest, DataFileNamesAndLeftovers) {
+  EXPECT_TRUE(IsStoreDataFileName("train-seg-000017.x.npy"));
+  EXPECT_TRUE(IsStoreDataFileName("my_pool-seg-000017.id.npy"));
+  EXPECT_TRUE(IsStoreDataFileName("train-gen-000003.rows.npy"));
+  EXPECT_FALSE(IsStoreDataFileName("train-seg-000017.x.npy.tmp"));
+  EXPECT_FALSE(IsStoreDataFileName("export.x.npy"));
+  EXPECT_FALSE(IsStoreDataFileName("gen-000003.json"));
+  // CURRENT at generation 3 whose next segment is 18.
+  EXPECT_TRUE(IsUncommittedDataFile("train-seg-000018.x.npy", 3, 18));
+  EXPECT_FALSE(IsUncommittedDataFile("train-seg-000017.x.npy", 3, 18));
+  EXPECT_TRUE(IsUncommittedDataFile("train-gen-000004.rows.npy", 3, 18));
+  EXPECT_FALSE(IsUncommittedDataFile("train-gen-000003.rows.npy", 3, 18));
+}
+
 TEST(ManifestTest, Crc32MatchesZlibReference) {
   // zlib.crc32(b"123456789") == 0xcbf43926, the standard check value.
   EXPECT_EQ(Crc32(std::string_view("123456789")), 0xcbf43926u);

@@ -18,19 +18,48 @@ std::string AbsolutePath(const std::string& path) {
   return path;
 }
 
-// Creates `dir` if missing; refuses a directory that is not empty.
-Status PrepareEmptyDir(Env* env, const std::string& dir) {
+std::string ParentDir(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : d.substr(0, slash);
+}
+
+// Whether `name` is a file only a store writes: what an interrupted init or clone leaves.
+bool IsStoreOwnFile(const std::string& name) {
+  return name == "LOCK" || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) ||
+         ParseManifestFileName(name).has_value() || IsStoreDataFileName(name);
+}
+
+// Creates `dir` if missing (durably: the parent directory is synced) and takes its writer
+// lock. Refuses a store, and a directory holding anything but what an interrupted init or
+// clone leaves behind, which is removed.
+Result<std::unique_ptr<FileLock>> PrepareEmptyDir(Env* env, const std::string& dir) {
   Status st = env->CreateDir(dir);
-  if (st.ok()) return Status::OK();
-  if (st.code() != Status::Code::kAlreadyExists) return st;
-  if (env->FileExists(JoinPath(dir, "CURRENT"))) {
+  if (st.ok()) {
+    COHORT_RETURN_IF_ERROR(env->SyncDir(ParentDir(dir)));
+  } else if (st.code() != Status::Code::kAlreadyExists) {
+    return st;
+  } else if (env->FileExists(JoinPath(dir, "CURRENT"))) {
     return Status::AlreadyExists(dir + " already holds a cohort store");
   }
+  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
   COHORT_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
-  if (!names.empty()) {
-    return Status::InvalidArgument(dir + " is not empty; a store needs a directory of its own");
+  for (const auto& name : names) {
+    if (!IsStoreOwnFile(name)) {
+      return Status::InvalidArgument(dir + " is not empty (it holds " + name +
+                                     "); a store needs a directory of its own");
+    }
   }
-  return Status::OK();
+  bool removed = false;
+  for (const auto& name : names) {
+    if (name == "LOCK") continue;
+    COHORT_RETURN_IF_ERROR(env->RemoveFile(JoinPath(dir, name)));
+    removed = true;
+  }
+  if (removed) COHORT_RETURN_IF_ERROR(env->SyncDir(dir));
+  return lock;
 }
 
 Status CommitFirstGeneration(Env* env, const std::string& dir, const Manifest& m) {
@@ -42,8 +71,7 @@ Status CommitFirstGeneration(Env* env, const std::string& dir, const Manifest& m
 }  // namespace
 
 Status InitStore(const std::string& dir, Env* env) {
-  COHORT_RETURN_IF_ERROR(PrepareEmptyDir(env, dir));
-  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
+  COHORT_ASSIGN_OR_RETURN(auto lock, PrepareEmptyDir(env, dir));
   Manifest m;
   m.generation = 0;
   m.created = NowIso8601();
@@ -54,8 +82,7 @@ Status InitStore(const std::string& dir, Env* env) {
 Result<uint64_t> CloneStore(const std::string& src, const std::string& dst,
                             std::optional<uint64_t> generation, Env* env) {
   COHORT_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(src, generation, env));
-  COHORT_RETURN_IF_ERROR(PrepareEmptyDir(env, dst));
-  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dst, "LOCK")));
+  COHORT_ASSIGN_OR_RETURN(auto lock, PrepareEmptyDir(env, dst));
   for (const auto& f : snap->manifest().Files()) {
     COHORT_RETURN_IF_ERROR(env->LinkOrCopyFile(JoinPath(src, f.file), JoinPath(dst, f.file)));
   }
@@ -148,6 +175,43 @@ Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t>
       }
     }
   }
+  return report;
+}
+
+Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env* env) {
+  if (keep == 0) return Status::InvalidArgument("prune must keep at least one generation");
+  COHORT_RETURN_IF_ERROR(ReadCurrent(env, dir).status());
+  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
+  COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
+  COHORT_ASSIGN_OR_RETURN(auto gens, ListManifestGenerations(env, dir));
+  COHORT_ASSIGN_OR_RETURN(Manifest newest, ReadManifest(env, dir, current));
+  PruneReport report;
+  std::set<std::string> referenced;
+  for (uint64_t g : gens) {
+    if (g > current) continue;  // an unfinished commit: the next writer's to clean up
+    if (g + keep <= current) {
+      report.removed_generations.push_back(g);
+      continue;
+    }
+    COHORT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, dir, g));
+    for (const auto& f : m.Files()) referenced.insert(f.file);
+  }
+  for (uint64_t g : report.removed_generations) {
+    COHORT_RETURN_IF_ERROR(env->RemoveFile(JoinPath(dir, ManifestFileName(g))));
+  }
+  COHORT_RETURN_IF_ERROR(env->SyncDir(dir));
+  COHORT_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+  for (const auto& name : names) {
+    if (!IsStoreDataFileName(name) || referenced.count(name) > 0) continue;
+    // Files of an unfinished commit are newer than CURRENT's counters; leave them to the writer.
+    if (IsUncommittedDataFile(name, current, newest.next_segment)) continue;
+    std::string path = JoinPath(dir, name);
+    auto size = env->FileSize(path);
+    COHORT_RETURN_IF_ERROR(env->RemoveFile(path));
+    report.removed_files++;
+    if (size.ok()) report.freed_bytes += *size;
+  }
+  COHORT_RETURN_IF_ERROR(env->SyncDir(dir));
   return report;
 }
 

@@ -41,6 +41,19 @@ struct VerifyReport {
 Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t> generation = {},
                                  Env* env = Env::Default());
 
+struct PruneReport {
+  std::vector<uint64_t> removed_generations;
+  uint64_t removed_files = 0;
+  uint64_t freed_bytes = 0;
+};
+// Deletes every generation but the newest `keep` (at least 1) and the data files that only
+// those generations named. Takes the writer lock. Manifests go first, oldest first, then the
+// files no remaining manifest names, so a crash part-way leaves a sound store and running it
+// again finishes the job. Readers already holding a pruned generation keep reading it (its
+// files stay mapped); opening a pruned generation afterwards is NotFound.
+Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep,
+                                     Env* env = Env::Default());
+
 struct TableDiff {
   std::vector<uint64_t> added;    // ids live in b, not in a
   std::vector<uint64_t> removed;  // ids live in a, not in b

@@ -142,5 +142,49 @@ TEST(StoreTest, WriterCleansUpLeftoversOfAnInterruptedCommit) {
   EXPECT_TRUE(VerifyStore(dir)->ok());
 }
 
+TEST(StoreTest, PruneKeepsTheNewestGenerationsAndTheirFilesOnly) {
+  std::string dir = MakeStore();  // generations 0 (init), 1 (import), 2 (split)
+  {
+    auto txn = Transaction::Begin(dir);
+    ASSERT_TRUE((*txn)->Compact(0.1).ok());  // train loses its first segment's role
+    ASSERT_TRUE((*txn)->Commit("compact").ok());
+  }
+  auto held = Snapshot::Open(dir, 1);  // a reader on a generation about to be pruned
+  ASSERT_TRUE(held.ok());
+  HostArray held_x = (*(*held)->table("train"))->ReadFeatures();
+  auto current_before = (*(*Snapshot::Open(dir))->table("train"))->ReadFeatures();
+
+  EXPECT_TRUE(PruneGenerations(dir, 0).status().IsInvalidArgument());
+  auto report = PruneGenerations(dir, 2);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->removed_generations, (std::vector<uint64_t>{0, 1}));
+  EXPECT_GT(report->removed_files, 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/gen-000001.json"));
+  // Segment 0 held train's rows up to generation 2, which is kept: it must survive.
+  EXPECT_TRUE(std::filesystem::exists(dir + "/train-seg-000000.x.npy"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/train-gen-000001.rows.npy"));
+  EXPECT_TRUE(Snapshot::Open(dir, 1).status().IsNotFound());
+  EXPECT_TRUE(VerifyStore(dir)->ok());
+  EXPECT_EQ((*(*Snapshot::Open(dir))->table("train"))->ReadFeatures().data, current_before.data);
+  EXPECT_EQ((*(*held)->table("train"))->ReadFeatures().data, held_x.data);
+
+  // Keeping one generation frees the pre-compaction segment too; running again is a no-op.
+  report = PruneGenerations(dir, 1);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->removed_generations, (std::vector<uint64_t>{2}));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/train-seg-000000.x.npy"));
+  EXPECT_TRUE(VerifyStore(dir)->ok());
+  report = PruneGenerations(dir, 1);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->removed_generations.empty());
+  EXPECT_EQ(report->removed_files, 0u);
+  // The store goes on from where it was.
+  auto txn = Transaction::Begin(dir);
+  ASSERT_TRUE(txn.ok());
+  std::vector<uint64_t> ids{0};
+  ASSERT_TRUE((*txn)->Remove("train", ids).ok());
+  EXPECT_EQ(*(*txn)->Commit("after prune"), 4u);
+}
+
 }  // namespace
 }  // namespace cohort::store

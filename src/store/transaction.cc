@@ -71,30 +71,6 @@ std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_s
   return shape;
 }
 
-bool IsStoreDataFile(const std::string& name) {
-  auto ends_with = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".npy") &&
-         (name.find("-seg-") != std::string::npos || name.find("-gen-") != std::string::npos);
-}
-
-// Parses the number after `marker` in a store file name ("train-seg-000017.x.npy").
-std::optional<uint64_t> NumberAfter(const std::string& name, const std::string& marker) {
-  size_t at = name.rfind(marker);
-  if (at == std::string::npos) return std::nullopt;
-  at += marker.size();
-  uint64_t v = 0;
-  size_t digits = 0;
-  while (at < name.size() && name[at] >= '0' && name[at] <= '9') {
-    v = v * 10 + static_cast<uint64_t>(name[at++] - '0');
-    digits++;
-  }
-  if (digits == 0 || at >= name.size() || name[at] != '.') return std::nullopt;
-  return v;
-}
-
 Status CheckLabels(const std::string& table, const TableSchema& schema, const HostArray* labels,
                    uint64_t rows) {
   if (!schema.has_labels()) {
@@ -167,11 +143,8 @@ Status Transaction::CleanUpLeftovers() {
       stray = true;
     } else if (auto gen = ParseManifestFileName(name)) {
       stray = *gen > current;
-    } else if (IsStoreDataFile(name)) {
-      if (auto seg = NumberAfter(name, "-seg-"))
-        stray = *seg >= next_segment;
-      else if (auto gen = NumberAfter(name, "-gen-"))
-        stray = *gen > current;
+    } else if (IsStoreDataFileName(name)) {
+      stray = IsUncommittedDataFile(name, current, next_segment);
     }
     if (stray) {
       COHORT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(dir_, name)));
@@ -465,8 +438,24 @@ Result<uint64_t> Transaction::Commit(const std::string& note, CommitOptions opti
     for (uint64_t s : live) entry.segments.push_back(t->segments.at(s));
     m.tables[name] = std::move(entry);
   }
-  COHORT_RETURN_IF_ERROR(WriteManifest(env_, dir_, m));
+  // Segments this transaction wrote that the new generation does not name (compacted away,
+  // or moved in and removed again) would be named by no generation ever: delete them now,
+  // while a crash still leaves them above CURRENT's counters for the next writer to remove.
+  std::set<std::string> named;
+  for (const auto& f : m.Files()) named.insert(f.file);
+  std::vector<std::string> kept;
+  for (const auto& path : written_) {
+    std::string name = path.substr(path.rfind('/') + 1);
+    if (IsStoreDataFileName(name) && named.count(name) == 0) {
+      COHORT_RETURN_IF_ERROR(env_->RemoveFile(path));
+    } else {
+      kept.push_back(path);
+    }
+  }
+  written_ = std::move(kept);
+  written_.push_back(JoinPath(dir_, ManifestFileName(m.generation) + ".tmp"));
   written_.push_back(JoinPath(dir_, ManifestFileName(m.generation)));
+  COHORT_RETURN_IF_ERROR(WriteManifest(env_, dir_, m));
   // Entries of every new file become durable here, before CURRENT can name them.
   COHORT_RETURN_IF_ERROR(env_->SyncDir(dir_));
   // From the rename of CURRENT on, the new generation may be the store's truth: never delete

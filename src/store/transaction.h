@@ -71,7 +71,10 @@ class Transaction {
   // segments) is above `threshold` into one fresh segment. Returns the tables rewritten.
   Result<std::vector<std::string>> Compact(double threshold);
 
-  // Makes everything durable and switches CURRENT. Returns the new generation.
+  // Makes everything durable and switches CURRENT. Returns the new generation. On an error
+  // before CURRENT is replaced the store stays at the base generation; if only the final
+  // directory fsync fails, CURRENT may already name the new generation (the store is sound
+  // either way: read CURRENT to know which).
   Result<uint64_t> Commit(const std::string& note, CommitOptions options = {});
 
  private:
