@@ -248,6 +248,31 @@ class BadInput(CohortCase):
         self.assertEqual(self.info()["generation"], 0)
         self.cohort("data", "verify", self.store)
 
+    def test_second_writer_is_refused_naming_the_holder(self):
+        self.import_fmnist(20)
+        # Another process's writer lock: POSIX record locks, as cohort takes them.
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import fcntl, os, sys, time\n"
+             "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\n"
+             "print('locked', flush=True)\n"
+             "sys.stdin.read()\n",
+             os.path.join(self.store, "LOCK")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "locked")
+            self.fails("data", "remove", self.store, "--table", "train", "--ids", "1",
+                       mentions=["LOCK", "another writer", f"pid {holder.pid}"])
+            # Readers take no lock.
+            self.assertEqual(self.info()["tables"]["train"]["rows"], 20)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        self.cohort("data", "remove", self.store, "--table", "train", "--ids", "1")
+        self.assertEqual(self.info()["tables"]["train"]["rows"], 19)
+
     def test_verify_reports_damage_and_exits_non_zero(self):
         self.import_fmnist(100)
         seg = os.path.join(self.store, "train-seg-000000.x.npy")
