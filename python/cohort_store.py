@@ -229,7 +229,7 @@ def open(path: str | os.PathLike[str], generation: int | None = None) -> Store: 
 
 
 class _Segment:
-    """One segment's files, memory-mapped on first use."""
+    """One segment's files, memory-mapped when its table is opened."""
 
     def __init__(self, table: Table, entry: dict[str, Any]) -> None:
         if not isinstance(entry["id"], int) or isinstance(entry["id"], bool):
@@ -303,6 +303,11 @@ class Table:
             for kind, fentry in seg.entries.items():
                 if kind in self._dtypes:
                     self._check_header(self._path(fentry["file"]), kind, seg.rows)
+        # Map every segment now: a table once opened keeps reading its generation even if the
+        # files are deleted afterwards (`cohort data prune`), as the C++ snapshot does.
+        for seg in self._segments:
+            for kind in seg.entries:
+                seg.array(kind)
 
         rows_path = self._path(rows_entry["file"])
         try:

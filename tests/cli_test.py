@@ -161,6 +161,31 @@ class StoreLifecycle(CohortCase):
         np.testing.assert_array_equal(x, before[0][1::2])
         self.assertIn("nothing to compact", self.cohort("data", "compact", self.store).stdout)
 
+    def test_prune_keeps_the_newest_generations_and_open_readers(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "python"))
+        import cohort_store
+        self.cohort("data", "init", self.store)
+        self.import_fmnist(300)
+        for seed in (1, 2, 3):
+            self.cohort("data", "split", self.store, "--from", "train", "--to", "pool",
+                        "--count", "10", "--seed", str(seed))
+        self.cohort("data", "compact", self.store, "--threshold", "0.01")
+        reader = cohort_store.open(self.store, generation=1).table("train")  # opened before
+        out = self.cohort("data", "prune", self.store, "--keep", "2").stdout
+        self.assertIn("pruned generations 0..3", out)
+        log = json.loads(self.cohort("data", "log", self.store, "--json").stdout)
+        self.assertEqual([g["generation"] for g in log], [5, 4])
+        self.cohort("data", "verify", self.store)
+        self.fails("data", "info", self.store, "--generation", "1", mentions=["generation 1"])
+        images = read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz", 300)
+        np.testing.assert_array_equal(np.asarray(reader.features), images)
+        self.assertIn("nothing to prune", self.cohort("data", "prune", self.store, "--keep",
+                                                      "5").stdout)
+        self.cohort("data", "remove", self.store, "--table", "pool", "--ids",
+                    str(int(self.export("pool")[2][0])))
+        self.assertEqual(self.info()["generation"], 6)
+
     def test_npy_and_csv_imports(self):
         self.cohort("data", "init", self.store)
         x = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
@@ -194,6 +219,15 @@ class BadInput(CohortCase):
     def setUp(self):
         super().setUp()
         self.cohort("data", "init", self.store)
+
+    def test_command_line_errors_are_one_line_with_status_2(self):
+        for args in (("data", "info"), ("data", "split", self.store, "--from", "train"),
+                     ("data", "compact", self.store, "--threshold", "abc"), ("nonsense",)):
+            proc = self.cohort(*args, ok=False)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+            self.assertTrue(proc.stderr.startswith("cohort: error:"), proc.stderr)
+        self.assertEqual(self.cohort("--help").returncode, 0)
 
     def test_store_and_generation_errors(self):
         self.fails("data", "info", os.path.join(self.dir, "missing"), mentions=["not a cohort store"])

@@ -95,14 +95,9 @@ Result<std::vector<uint64_t>> ReadIdsFile(const std::string& path) {
   return ParseIdList(ss.str(), path);
 }
 
-std::string DimsText(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string LabelsText(const store::TableSchema& s) {
-  if (s.label_kind == store::LabelKind::kVector) return "vector" + DimsText(s.label_shape);
+  if (s.label_kind == store::LabelKind::kVector)
+    return "vector" + store::DimsToString(s.label_shape);
   return store::LabelKindName(s.label_kind);
 }
 
@@ -253,7 +248,7 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
     j["store"] = dir;
     COHORT_ASSIGN_OR_RETURN(uint64_t current, store::ReadCurrent(store::Env::Default(), dir));
     j["current"] = current;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, json::error_handler_t::replace));
     return Status::OK();
   }
   fmt::print("store       {}\n", dir);
@@ -270,11 +265,11 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
   fmt::print("\n{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", "table", "rows", "features",
              "labels", "segments", "dead rows", "size");
   for (const auto& [name, t] : m.tables) {
-    fmt::print(
-        "{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", name, t.row_count,
-        std::string(store::DtypeName(t.schema.feature_dtype)) + DimsText(t.schema.feature_shape),
-        LabelsText(t.schema), t.segments.size(), SegmentRows(t) - t.row_count,
-        HumanBytes(TableBytes(t)));
+    fmt::print("{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", name, t.row_count,
+               std::string(store::DtypeName(t.schema.feature_dtype)) +
+                   store::DimsToString(t.schema.feature_shape),
+               LabelsText(t.schema), t.segments.size(), SegmentRows(t) - t.row_count,
+               HumanBytes(TableBytes(t)));
   }
   return Status::OK();
 }
@@ -285,7 +280,7 @@ Status RunLog(const std::string& dir, bool as_json) {
   if (as_json) {
     json arr = json::array();
     for (const auto& m : history) arr.push_back(ManifestSummaryJson(m));
-    fmt::print("{}\n", arr.dump(2));
+    fmt::print("{}\n", arr.dump(2, ' ', false, json::error_handler_t::replace));
     return Status::OK();
   }
   for (const auto& m : history) {
@@ -307,7 +302,7 @@ Status RunDiff(const std::string& dir, uint64_t a, uint64_t b, bool as_json, boo
           {"added", d.added}, {"removed", d.removed}, {"schema_changed", d.schema_changed}};
     }
     j["tables"] = tables;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, json::error_handler_t::replace));
     return Status::OK();
   }
   fmt::print("generation {} -> {}\n", a, b);
@@ -585,6 +580,12 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   compact->add_option("--threshold", o->threshold,
                       "Dead fraction above which a table is rewritten (default 0.3)");
   compact->callback([o, run] { *run = [o] { return RunCompact(o->store, o->threshold); }; });
+
+  auto* prune = data->add_subcommand(
+      "prune", "Delete all but the newest generations and the files only they used");
+  prune->add_option("STORE", o->store, "Store directory")->required();
+  prune->add_option("--keep", o->keep, "Number of newest generations to keep")->required();
+  prune->callback([o, run] { *run = [o] { return RunPrune(o->store, o->keep); }; });
 
   auto* exp =
       data->add_subcommand("export", "Write a table as PREFIX.x.npy, PREFIX.y.npy, PREFIX.ids.npy");

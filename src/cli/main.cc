@@ -20,8 +20,16 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 s
   cohort::cli::AddDataCommands(app, &run);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other error; --help shows the usage.
+    std::fprintf(stderr, "cohort: error: %s (see --help)\n", e.what());
+    return 2;
   }
   if (!run) {
     std::fprintf(stderr, "cohort: error: no command given (see cohort --help)\n");

@@ -80,8 +80,7 @@ class PosixMappedFile final : public MappedFile {
   size_t size_;
 };
 
-// fcntl locks belong to the process, so a second lock from this process would succeed;
-// like LevelDB, keep a table of the paths this process has locked.
+// Inodes this process holds a writer lock on, as LevelDB keeps a table of locked files.
 class LockTable {
  public:
   bool Insert(const std::string& path) {
@@ -105,18 +104,14 @@ LockTable& Locks() {
 
 class PosixFileLock final : public FileLock {
  public:
-  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  PosixFileLock(std::string key, int fd) : key_(std::move(key)), fd_(fd) {}
   ~PosixFileLock() override {
-    struct flock f {};
-    f.l_type = F_UNLCK;
-    f.l_whence = SEEK_SET;
-    ::fcntl(fd_, F_SETLK, &f);
-    ::close(fd_);
-    Locks().Remove(path_);
+    ::close(fd_);  // releases the lock (both kinds: this was the only descriptor)
+    Locks().Remove(key_);
   }
 
  private:
-  std::string path_;
+  std::string key_;
   int fd_;
 };
 
@@ -234,25 +229,34 @@ class PosixEnv final : public Env {
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    if (!Locks().Insert(path)) {
-      return Status::Busy(path + " is already locked by this process");
-    }
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      Locks().Remove(path);
-      return Status::FromErrno("open lock file " + path, errno);
+    if (fd < 0) return Status::FromErrno("open lock file " + path, errno);
+    // Open-file-description locks belong to this open file, not to the process, so a second
+    // lock from this process through another spelling of the path conflicts too; the table
+    // keyed by inode covers kernels without them.
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno("stat " + path, err);
+    }
+    std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+    if (!Locks().Insert(key)) {
+      ::close(fd);
+      return Status::Busy(path + " is held by another writer in this process");
     }
     struct flock f {};
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
-    if (::fcntl(fd, F_SETLK, &f) != 0) {
+    int rc = ::fcntl(fd, F_OFD_SETLK, &f);
+    if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, F_SETLK, &f);
+    if (rc != 0) {
       int err = errno;
-      std::string holder;
       char buf[32] = {};
-      if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) holder = std::string(" (pid ") + buf + ")";
-      while (!holder.empty() && (holder.back() == '\n')) holder.pop_back();
+      ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      std::string holder = n > 0 ? std::string(" (pid ") + std::string(buf, n) + ")" : "";
       ::close(fd);
-      Locks().Remove(path);
+      Locks().Remove(key);
       if (err == EACCES || err == EAGAIN) {
         return Status::Busy(path + " is held by another writer" + holder);
       }
@@ -261,7 +265,7 @@ class PosixEnv final : public Env {
     // Record the holder for the message a second writer gets; advisory only.
     std::string pid = std::to_string(::getpid());
     if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
-    return std::unique_ptr<FileLock>(new PosixFileLock(path, fd));
+    return std::unique_ptr<FileLock>(new PosixFileLock(key, fd));
   }
 };
 

@@ -90,35 +90,64 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// The number after the last `marker` in a file name, ended by '.': "train-seg-000017.x.npy".
-std::optional<uint64_t> NumberAfter(std::string_view name, std::string_view marker) {
-  size_t at = name.rfind(marker);
-  if (at == std::string_view::npos) return std::nullopt;
-  at += marker.size();
-  uint64_t v = 0;
-  size_t digits = 0;
-  while (at < name.size() && name[at] >= '0' && name[at] <= '9' && digits < 19) {
-    v = v * 10 + static_cast<uint64_t>(name[at++] - '0');
-    digits++;
+bool IsTableName(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) {
+      return false;
+    }
   }
-  if (digits == 0 || at >= name.size() || name[at] != '.') return std::nullopt;
+  return true;
+}
+
+// Parses "<table><marker><digits><suffix>" ("train" "-seg-" "000017" ".x.npy").
+std::optional<uint64_t> NumberedName(std::string_view name, std::string_view marker,
+                                     std::string_view suffix) {
+  if (!EndsWith(name, suffix)) return std::nullopt;
+  name.remove_suffix(suffix.size());
+  size_t at = name.rfind(marker);
+  if (at == std::string_view::npos || !IsTableName(name.substr(0, at))) return std::nullopt;
+  std::string_view digits = name.substr(at + marker.size());
+  if (digits.size() < 6 || digits.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
   return v;
 }
 }  // namespace
 
-bool IsStoreDataFileName(std::string_view name) {
-  return (EndsWith(name, ".rows.npy") && NumberAfter(name, "-gen-").has_value()) ||
-         ((EndsWith(name, ".x.npy") || EndsWith(name, ".y.npy") || EndsWith(name, ".id.npy")) &&
-          NumberAfter(name, "-seg-").has_value());
+StoreFileName ClassifyStoreFile(std::string_view name) {
+  if (name == "LOCK") return {StoreFileKind::kLock, 0};
+  if (name == "CURRENT") return {StoreFileKind::kCurrent, 0};
+  if (name == "CURRENT.tmp") return {StoreFileKind::kTemp, 0};
+  if (EndsWith(name, ".json.tmp")) {
+    if (auto g = ParseManifestFileName(name.substr(0, name.size() - 4))) {
+      return {StoreFileKind::kTemp, *g};
+    }
+  }
+  if (auto g = ParseManifestFileName(name)) return {StoreFileKind::kManifest, *g};
+  if (auto g = NumberedName(name, "-gen-", ".rows.npy")) return {StoreFileKind::kRows, *g};
+  for (std::string_view suffix : {".x.npy", ".y.npy", ".id.npy"}) {
+    if (auto s = NumberedName(name, "-seg-", suffix)) return {StoreFileKind::kSegment, *s};
+  }
+  return {};
 }
 
-bool IsUncommittedDataFile(std::string_view name, uint64_t current, uint64_t next_segment) {
-  if (EndsWith(name, ".rows.npy")) {
-    auto gen = NumberAfter(name, "-gen-");
-    return gen && *gen > current;
+bool IsUncommittedFile(std::string_view name, uint64_t current, uint64_t next_segment) {
+  StoreFileName f = ClassifyStoreFile(name);
+  switch (f.kind) {
+    case StoreFileKind::kTemp:
+      return true;
+    case StoreFileKind::kManifest:
+    case StoreFileKind::kRows:
+      return f.number > current;
+    case StoreFileKind::kSegment:
+      return f.number >= next_segment;
+    default:
+      return false;
   }
-  auto seg = NumberAfter(name, "-seg-");
-  return seg && *seg >= next_segment;
 }
 
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc) {
@@ -179,7 +208,8 @@ std::string EncodeManifest(const Manifest& m) {
     tables[name] = jt;
   }
   j["tables"] = tables;
-  std::string body = j.dump(1) + "\n";
+  // Notes and paths come from users; invalid UTF-8 is replaced rather than thrown on.
+  std::string body = j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
   return body + std::string(kTrailer) + Hex8(Crc32(body)) + "\n";
 }
 

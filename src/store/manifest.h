@@ -74,12 +74,31 @@ std::string SegmentFileName(const std::string& table, uint64_t segment, const ch
 // Parses "gen-000042.json" -> 42; nullopt for other names.
 std::optional<uint64_t> ParseManifestFileName(std::string_view name);
 
-// True for names of segment and rows files ("T-seg-NNNNNN.x.npy", "T-gen-NNNNNN.rows.npy").
-bool IsStoreDataFileName(std::string_view name);
-// True for a data file no generation up to `current` can name: counters only grow, so these
-// are a segment numbered at or above current's `next_segment` or a rows file of a later
-// generation, i.e. leftovers of an unfinished commit.
-bool IsUncommittedDataFile(std::string_view name, uint64_t current, uint64_t next_segment);
+// What a file in a store directory is, judged by its name alone. Only kinds other than
+// kOther are ever created, renamed or deleted by the store; a user's own files are kOther.
+enum class StoreFileKind {
+  kOther,
+  kLock,      // LOCK
+  kCurrent,   // CURRENT
+  kTemp,      // CURRENT.tmp, gen-NNNNNN.json.tmp: a write in progress
+  kManifest,  // gen-NNNNNN.json; number = generation
+  kSegment,   // T-seg-NNNNNN.{x,y,id}.npy; number = segment id
+  kRows,      // T-gen-NNNNNN.rows.npy; number = generation
+};
+struct StoreFileName {
+  StoreFileKind kind = StoreFileKind::kOther;
+  uint64_t number = 0;
+};
+StoreFileName ClassifyStoreFile(std::string_view name);
+
+inline bool IsStoreDataFileName(std::string_view name) {
+  StoreFileKind k = ClassifyStoreFile(name).kind;
+  return k == StoreFileKind::kSegment || k == StoreFileKind::kRows;
+}
+// True for a file that no generation up to `current` can name and that only an unfinished
+// commit leaves: a temp file, a manifest of a later generation, a segment numbered at or
+// above current's `next_segment`, or a rows file of a later generation (counters only grow).
+bool IsUncommittedFile(std::string_view name, uint64_t current, uint64_t next_segment);
 
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc = 0);
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);

@@ -86,11 +86,20 @@ TEST(ManifestTest, DataFileNamesAndLeftovers) {
   EXPECT_FALSE(IsStoreDataFileName("train-seg-000017.x.npy.tmp"));
   EXPECT_FALSE(IsStoreDataFileName("export.x.npy"));
   EXPECT_FALSE(IsStoreDataFileName("gen-000003.json"));
+  EXPECT_FALSE(IsStoreDataFileName("bad-name-seg-000017.x.npy"));  // not a table name
+  EXPECT_FALSE(IsStoreDataFileName("train-seg-17.x.npy"));
+  EXPECT_EQ(ClassifyStoreFile("CURRENT.tmp").kind, StoreFileKind::kTemp);
+  EXPECT_EQ(ClassifyStoreFile("gen-000004.json.tmp").kind, StoreFileKind::kTemp);
+  EXPECT_EQ(ClassifyStoreFile("notes.tmp").kind, StoreFileKind::kOther);
+  EXPECT_EQ(ClassifyStoreFile("gen-000004.json").number, 4u);
   // CURRENT at generation 3 whose next segment is 18.
-  EXPECT_TRUE(IsUncommittedDataFile("train-seg-000018.x.npy", 3, 18));
-  EXPECT_FALSE(IsUncommittedDataFile("train-seg-000017.x.npy", 3, 18));
-  EXPECT_TRUE(IsUncommittedDataFile("train-gen-000004.rows.npy", 3, 18));
-  EXPECT_FALSE(IsUncommittedDataFile("train-gen-000003.rows.npy", 3, 18));
+  EXPECT_TRUE(IsUncommittedFile("train-seg-000018.x.npy", 3, 18));
+  EXPECT_FALSE(IsUncommittedFile("train-seg-000017.x.npy", 3, 18));
+  EXPECT_TRUE(IsUncommittedFile("train-gen-000004.rows.npy", 3, 18));
+  EXPECT_FALSE(IsUncommittedFile("train-gen-000003.rows.npy", 3, 18));
+  EXPECT_TRUE(IsUncommittedFile("gen-000004.json", 3, 18));
+  EXPECT_TRUE(IsUncommittedFile("CURRENT.tmp", 3, 18));
+  EXPECT_FALSE(IsUncommittedFile("notes.txt", 3, 18));
 }
 
 TEST(ManifestTest, Crc32MatchesZlibReference) {

@@ -62,6 +62,12 @@ uint64_t NpyHeader::num_elements() const {
   return n;
 }
 
+std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape) {
+  std::vector<uint64_t> shape{rows};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  return shape;
+}
+
 std::string ShapeToString(std::span<const uint64_t> shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); i++) {

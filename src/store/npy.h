@@ -45,6 +45,9 @@ std::string EncodeNpyHeader(Dtype dtype, std::span<const uint64_t> shape);
 // length is not exactly header + data (truncated, or with trailing bytes).
 Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name);
 
+// (rows, *row_shape): the shape of `rows` samples of `row_shape` each.
+std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape);
+
 // Shape as Python tuple text, "(n, 28, 28)" or "(7,)", for headers and messages.
 std::string ShapeToString(std::span<const uint64_t> shape);
 

@@ -29,7 +29,6 @@ const char* LabelKindName(LabelKind kind) {
   return "?";
 }
 
-namespace {
 std::string DimsToString(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); i++) {
@@ -38,7 +37,6 @@ std::string DimsToString(const std::vector<uint64_t>& shape) {
   }
   return s + "]";
 }
-}  // namespace
 
 std::string TableSchema::ToString() const {
   std::string s = std::string("features ") + DtypeName(feature_dtype) + DimsToString(feature_shape);

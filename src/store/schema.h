@@ -39,6 +39,8 @@ struct TableSchema {
 };
 
 const char* LabelKindName(LabelKind kind);
+// A sample shape as "[28, 28]", as manifests and the CLI print it.
+std::string DimsToString(const std::vector<uint64_t>& shape);
 
 // Table names are [A-Za-z0-9_]{1,64}: they become parts of file names.
 Status ValidateTableName(const std::string& name);

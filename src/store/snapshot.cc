@@ -39,12 +39,6 @@ Result<std::shared_ptr<const MappedFile>> MapChecked(Env* env, const std::string
   return file;
 }
 
-std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape) {
-  std::vector<uint64_t> shape{rows};
-  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-  return shape;
-}
-
 }  // namespace
 
 uint64_t Table::ref(uint64_t row) const {
@@ -137,11 +131,12 @@ Result<std::vector<uint64_t>> Table::RowsOfIds(std::span<const uint64_t> ids) co
 Result<std::shared_ptr<const Snapshot>> Snapshot::Open(const std::string& dir,
                                                        std::optional<uint64_t> generation,
                                                        Env* env) {
-  uint64_t gen = 0;
-  if (generation) {
-    gen = *generation;
-  } else {
-    COHORT_ASSIGN_OR_RETURN(gen, ReadCurrent(env, dir));
+  COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
+  uint64_t gen = generation.value_or(current);
+  if (gen > current) {
+    // A manifest newer than CURRENT is an unfinished commit the next writer deletes.
+    return Status::NotFound("generation " + std::to_string(gen) + " is not committed in " + dir +
+                            " (the current generation is " + std::to_string(current) + ")");
   }
   std::shared_ptr<Snapshot> snap(new Snapshot());
   snap->dir_ = dir;
@@ -177,7 +172,10 @@ Result<std::shared_ptr<const Snapshot>> Snapshot::Open(const std::string& dir,
       // .npy headers are padded to 64 bytes, so the id array is 8-byte aligned in the map.
       s.ids = reinterpret_cast<const uint64_t*>(ids->data() + h.data_offset);
       snap->files_.push_back(std::move(ids));
-      seg_index[seg.id] = static_cast<uint32_t>(table->segs_.size());
+      if (!seg_index.emplace(seg.id, static_cast<uint32_t>(table->segs_.size())).second) {
+        return Status::Corruption(JoinPath(dir, ManifestFileName(gen)) + ": table " + name +
+                                  " lists segment " + std::to_string(seg.id) + " twice");
+      }
       table->segs_.push_back(s);
     }
 

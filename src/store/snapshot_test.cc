@@ -57,6 +57,19 @@ TEST(SnapshotTest, MissingGenerationAndMissingStore) {
   EXPECT_NE(nostore.status().message().find("not a cohort store"), std::string::npos);
 }
 
+TEST(SnapshotTest, UncommittedGenerationIsNotOpened) {
+  std::string dir = MakeStore();
+  // A manifest newer than CURRENT: what a writer killed before switching CURRENT leaves.
+  auto m = *ReadManifest(Env::Default(), dir, 1);
+  m.generation = 2;
+  m.parent = 1;
+  ASSERT_TRUE(WriteManifest(Env::Default(), dir, m).ok());
+  auto snap = Snapshot::Open(dir, 2);
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(snap.status().IsNotFound());
+  EXPECT_NE(snap.status().message().find("not committed"), std::string::npos);
+}
+
 TEST(SnapshotTest, UnknownTableListsTheTablesThatExist) {
   std::string dir = MakeStore();
   auto snap = Snapshot::Open(dir);

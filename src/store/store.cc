@@ -4,7 +4,7 @@
 #include <climits>
 #include <cstdlib>
 #include <set>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "store/snapshot.h"
 
@@ -26,15 +26,10 @@ std::string ParentDir(const std::string& dir) {
   return slash == 0 ? "/" : d.substr(0, slash);
 }
 
-// Whether `name` is a file only a store writes: what an interrupted init or clone leaves.
-bool IsStoreOwnFile(const std::string& name) {
-  return name == "LOCK" || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) ||
-         ParseManifestFileName(name).has_value() || IsStoreDataFileName(name);
-}
-
 // Creates `dir` if missing (durably: the parent directory is synced) and takes its writer
-// lock. Refuses a store, and a directory holding anything but what an interrupted init or
-// clone leaves behind, which is removed.
+// lock. Refuses a store and any directory holding more than an interrupted init or clone
+// leaves behind (the store's own kinds of files and at most one manifest, a first
+// generation); those leftovers are removed.
 Result<std::unique_ptr<FileLock>> PrepareEmptyDir(Env* env, const std::string& dir) {
   Status st = env->CreateDir(dir);
   if (st.ok()) {
@@ -46,11 +41,26 @@ Result<std::unique_ptr<FileLock>> PrepareEmptyDir(Env* env, const std::string& d
   }
   COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
   COHORT_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+  std::vector<uint64_t> manifests;
   for (const auto& name : names) {
-    if (!IsStoreOwnFile(name)) {
+    StoreFileName f = ClassifyStoreFile(name);
+    if (f.kind == StoreFileKind::kOther) {
       return Status::InvalidArgument(dir + " is not empty (it holds " + name +
                                      "); a store needs a directory of its own");
     }
+    if (f.kind == StoreFileKind::kManifest) manifests.push_back(f.number);
+  }
+  // A store that lost CURRENT has a history; an unfinished init or clone has one manifest
+  // without a parent (or an unreadable, half-written one).
+  bool has_history = manifests.size() > 1;
+  if (manifests.size() == 1) {
+    auto m = ReadManifest(env, dir, manifests[0]);
+    has_history = m.ok() && m->parent.has_value();
+  }
+  if (has_history) {
+    return Status::InvalidArgument(dir +
+                                   " holds generations of a store but no CURRENT; "
+                                   "refusing to overwrite it (restore CURRENT or move it away)");
   }
   bool removed = false;
   for (const auto& name : names) {
@@ -133,19 +143,32 @@ Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t>
   std::map<std::string, bool> checked;  // file -> sound; files are shared across generations
   for (uint64_t g : gens) {
     report.generations++;
-    auto snap = Snapshot::Open(dir, g, env);
-    if (!snap.ok()) {
-      report.problems.push_back(snap.status().message());
+    auto manifest = ReadManifest(env, dir, g);
+    if (!manifest.ok()) {
+      report.problems.push_back(manifest.status().message());
       continue;
     }
-    const Manifest& m = (*snap)->manifest();
-    for (const auto& f : m.Files()) {
-      if (checked.count(f.file) > 0) continue;
+    // Every file first, each once: presence, size and checksum, so one damaged file does not
+    // hide another.
+    bool files_sound = true;
+    for (const auto& f : manifest->Files()) {
+      if (checked.count(f.file) > 0) {
+        files_sound = files_sound && checked[f.file];
+        continue;
+      }
       std::string path = JoinPath(dir, f.file);
       bool sound = true;
       auto mapped = env->MapReadOnly(path);
       if (!mapped.ok()) {
-        report.problems.push_back(mapped.status().message());
+        report.problems.push_back(mapped.status().IsNotFound()
+                                      ? path + ": file named by generation " + std::to_string(g) +
+                                            " is missing"
+                                      : mapped.status().message());
+        sound = false;
+      } else if ((*mapped)->size() != f.bytes) {
+        report.problems.push_back(path + ": size " + std::to_string((*mapped)->size()) +
+                                  " bytes, manifest of generation " + std::to_string(g) + " says " +
+                                  std::to_string(f.bytes));
         sound = false;
       } else {
         uint32_t crc = Crc32(std::span<const std::byte>((*mapped)->data(), (*mapped)->size()));
@@ -159,17 +182,26 @@ Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t>
       }
       report.files++;
       checked[f.file] = sound;
+      files_sound = files_sound && sound;
     }
-    // Sample ids are unique within a table; checked for the newest generation verified.
+    if (!files_sound) continue;
+    // Then the structure: .npy headers against the schema, row refs in range.
+    auto snap = Snapshot::Open(dir, g, env);
+    if (!snap.ok()) {
+      report.problems.push_back(snap.status().message());
+      continue;
+    }
+    // A sample id is live in at most one table; checked for the newest generation verified.
     if (g != gens.back()) continue;
+    std::unordered_map<uint64_t, std::string> table_of;
     for (const auto& name : (*snap)->table_names()) {
       const Table* t = *(*snap)->table(name);
-      std::unordered_set<uint64_t> seen;
-      seen.reserve(t->size());
       for (uint64_t r = 0; r < t->size(); r++) {
-        if (!seen.insert(t->id(r)).second) {
+        auto [it, inserted] = table_of.emplace(t->id(r), name);
+        if (!inserted) {
           report.problems.push_back(JoinPath(dir, t->entry().rows_file.file) + ": sample id " +
-                                    std::to_string(t->id(r)) + " appears twice in table " + name);
+                                    std::to_string(t->id(r)) + " is live twice (tables " +
+                                    it->second + " and " + name + ")");
           break;
         }
       }
@@ -189,7 +221,7 @@ Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env*
   std::set<std::string> referenced;
   for (uint64_t g : gens) {
     if (g > current) continue;  // an unfinished commit: the next writer's to clean up
-    if (g + keep <= current) {
+    if (current - g >= keep) {
       report.removed_generations.push_back(g);
       continue;
     }
@@ -204,7 +236,7 @@ Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env*
   for (const auto& name : names) {
     if (!IsStoreDataFileName(name) || referenced.count(name) > 0) continue;
     // Files of an unfinished commit are newer than CURRENT's counters; leave them to the writer.
-    if (IsUncommittedDataFile(name, current, newest.next_segment)) continue;
+    if (IsUncommittedFile(name, current, newest.next_segment)) continue;
     std::string path = JoinPath(dir, name);
     auto size = env->FileSize(path);
     COHORT_RETURN_IF_ERROR(env->RemoveFile(path));

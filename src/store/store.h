@@ -26,7 +26,8 @@ Status InitStore(const std::string& dir, Env* env = Env::Default());
 Result<uint64_t> CloneStore(const std::string& src, const std::string& dst,
                             std::optional<uint64_t> generation = {}, Env* env = Env::Default());
 
-// Every generation that has a manifest, oldest first (damaged manifests are an error).
+// Every committed generation (a manifest at or below CURRENT), oldest first; a damaged
+// manifest is an error.
 Result<std::vector<Manifest>> ReadHistory(const std::string& dir, Env* env = Env::Default());
 
 struct VerifyReport {

@@ -120,6 +120,38 @@ TEST(StoreTest, CloneHardLinksFilesAndRecordsOrigin) {
   EXPECT_EQ(CloneStore(src, dst).status().code(), Status::Code::kAlreadyExists);
 }
 
+TEST(StoreTest, InitAndCloneRefuseAStoreThatLostCurrent) {
+  std::string dir = MakeStore();
+  std::filesystem::remove(dir + "/CURRENT");
+  Status st = InitStore(dir);
+  ASSERT_TRUE(st.IsInvalidArgument()) << st.ToString();
+  EXPECT_NE(st.message().find("no CURRENT"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/gen-000002.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/train-seg-000000.x.npy"));
+}
+
+TEST(StoreTest, PruneWithAHugeKeepKeepsEverything) {
+  std::string dir = MakeStore();
+  auto report = PruneGenerations(dir, UINT64_MAX);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->removed_generations.empty());
+  EXPECT_EQ(report->removed_files, 0u);
+  EXPECT_TRUE(VerifyStore(dir)->ok());
+  EXPECT_EQ(ReadHistory(dir)->size(), 3u);
+}
+
+TEST(StoreTest, VerifyReportsEveryDamagedFile) {
+  std::string dir = MakeStore();
+  std::filesystem::remove(dir + "/pool-seg-000001.x.npy");
+  std::filesystem::resize_file(dir + "/train-seg-000000.y.npy", 10);
+  auto report = VerifyStore(dir);
+  ASSERT_TRUE(report.ok());
+  std::string all;
+  for (const auto& p : report->problems) all += p + "\n";
+  EXPECT_NE(all.find("pool-seg-000001.x.npy"), std::string::npos) << all;
+  EXPECT_NE(all.find("train-seg-000000.y.npy"), std::string::npos) << all;
+}
+
 TEST(StoreTest, WriterCleansUpLeftoversOfAnInterruptedCommit) {
   std::string dir = MakeStore();
   // What a writer killed mid-commit leaves: a segment, a rows file, a manifest and temp files.

@@ -46,9 +46,33 @@ struct Transaction::TableState {
         return Status::NotFound("sample id " + std::to_string(id) + " is not in table " + name);
       }
       if (!seen.insert(id).second) {
-        return Status::InvalidArgument("sample id " + std::to_string(id) + " is given twice");
+        return Status::InvalidArgument("sample id " + std::to_string(id) +
+                                       " is given twice for table " + name);
       }
       out.push_back(it->second);
+    }
+    return out;
+  }
+  // Features, labels (if asked) and ids of the given rows, copied into one buffer each.
+  struct Rows {
+    uint64_t count = 0;
+    std::vector<std::byte> x;
+    std::vector<std::byte> y;
+    std::vector<uint64_t> ids;
+  };
+  Rows Collect(std::span<const uint64_t> refs_to_copy, bool with_labels) const {
+    const size_t xb = schema.feature_row_bytes();
+    const size_t yb = with_labels ? schema.label_row_bytes() : 0;
+    Rows out;
+    out.count = refs_to_copy.size();
+    out.x.resize(out.count * xb);
+    out.y.resize(out.count * yb);
+    out.ids.resize(out.count);
+    for (uint64_t i = 0; i < out.count; i++) {
+      uint64_t ref = refs_to_copy[i];
+      std::memcpy(out.x.data() + i * xb, FeaturesOf(ref), xb);
+      if (yb > 0) std::memcpy(out.y.data() + i * yb, LabelOf(ref), yb);
+      out.ids[i] = IdOf(ref);
     }
     return out;
   }
@@ -64,12 +88,6 @@ struct Transaction::TableState {
 };
 
 namespace {
-
-std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape) {
-  std::vector<uint64_t> shape{rows};
-  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-  return shape;
-}
 
 Status CheckLabels(const std::string& table, const TableSchema& schema, const HostArray* labels,
                    uint64_t rows) {
@@ -138,15 +156,7 @@ Status Transaction::CleanUpLeftovers() {
   const uint64_t next_segment = base_->manifest().next_segment;
   bool removed = false;
   for (const auto& name : names) {
-    bool stray = false;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
-      stray = true;
-    } else if (auto gen = ParseManifestFileName(name)) {
-      stray = *gen > current;
-    } else if (IsStoreDataFileName(name)) {
-      stray = IsUncommittedDataFile(name, current, next_segment);
-    }
-    if (stray) {
+    if (IsUncommittedFile(name, current, next_segment)) {
       COHORT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(dir_, name)));
       removed = true;
     }
@@ -235,6 +245,9 @@ Result<SegmentEntry> Transaction::WriteSegment(const std::string& table, const T
   if (rows > 0xffffffffu) {
     return Status::InvalidArgument("table " + table + ": more than 2^32 rows in one segment");
   }
+  if (next_.next_segment > 0xffffffffu) {
+    return Status::InvalidArgument(dir_ + ": the store has used all 2^32 segment ids");
+  }
   SegmentEntry seg;
   seg.id = next_.next_segment++;
   seg.rows = rows;
@@ -315,57 +328,53 @@ Status Transaction::Remove(const std::string& table, std::span<const uint64_t> i
 Status Transaction::Move(const std::string& from, const std::string& to,
                          std::span<const uint64_t> ids, const HostArray* labels) {
   COHORT_ASSIGN_OR_RETURN(TableState * src, MutableTable(from));
-  if (from == to)
+  COHORT_RETURN_IF_ERROR(ValidateTableName(to));
+  if (from == to) {
     return Status::InvalidArgument("cannot move samples from table " + from + " to itself");
+  }
   const uint64_t k = ids.size();
   if (labels != nullptr && labels->rows() != k) {
     return Status::InvalidArgument("move " + from + " -> " + to + ": " +
                                    std::to_string(labels->rows()) + " labels for " +
                                    std::to_string(k) + " samples");
   }
-  if (!HasTable(to)) {
-    TableSchema schema = src->schema;
-    if (!schema.has_labels() && labels != nullptr) {
-      schema.label_kind = labels->dtype == Dtype::kInt64 ? LabelKind::kClass : LabelKind::kVector;
-      schema.label_shape =
-          schema.label_kind == LabelKind::kClass ? std::vector<uint64_t>{} : labels->row_shape();
-    }
-    COHORT_RETURN_IF_ERROR(CreateTable(to, schema));
+  // Everything is checked before anything changes: a failed move creates no table.
+  TableSchema dst_schema = src->schema;
+  if (HasTable(to)) {
+    dst_schema = tables_.at(to)->schema;
+  } else if (!dst_schema.has_labels() && labels != nullptr) {
+    dst_schema.label_kind = labels->dtype == Dtype::kInt64 ? LabelKind::kClass : LabelKind::kVector;
+    dst_schema.label_shape =
+        dst_schema.label_kind == LabelKind::kClass ? std::vector<uint64_t>{} : labels->row_shape();
   }
-  COHORT_ASSIGN_OR_RETURN(TableState * dst, MutableTable(to));
-  if (src->schema.feature_dtype != dst->schema.feature_dtype ||
-      src->schema.feature_shape != dst->schema.feature_shape) {
+  if (src->schema.feature_dtype != dst_schema.feature_dtype ||
+      src->schema.feature_shape != dst_schema.feature_shape) {
     return Status::InvalidArgument("schema mismatch: cannot move from " + from + " (" +
                                    src->schema.ToString() + ") to " + to + " (" +
-                                   dst->schema.ToString() + ")");
+                                   dst_schema.ToString() + ")");
   }
-  if (labels == nullptr && dst->schema.has_labels() &&
-      (src->schema.label_kind != dst->schema.label_kind ||
-       src->schema.label_shape != dst->schema.label_shape)) {
+  if (labels == nullptr && dst_schema.has_labels() &&
+      (src->schema.label_kind != dst_schema.label_kind ||
+       src->schema.label_shape != dst_schema.label_shape)) {
     return Status::InvalidArgument("move " + from + " -> " + to + ": labels must be given (" +
                                    from + " has labels " + LabelKindName(src->schema.label_kind) +
-                                   ", " + to + " needs " + LabelKindName(dst->schema.label_kind) +
+                                   ", " + to + " needs " + LabelKindName(dst_schema.label_kind) +
                                    ")");
   }
-  if (labels != nullptr) COHORT_RETURN_IF_ERROR(CheckLabels(to, dst->schema, labels, k));
-  if (k == 0) return Status::OK();
-
+  if (labels != nullptr) COHORT_RETURN_IF_ERROR(CheckLabels(to, dst_schema, labels, k));
   COHORT_ASSIGN_OR_RETURN(auto positions, src->PositionsOf(ids, from));
-  const size_t xb = src->schema.feature_row_bytes();
-  const size_t yb = dst->schema.label_row_bytes();
-  std::vector<std::byte> x(k * xb);
-  std::vector<std::byte> y(k * yb);
-  std::vector<uint64_t> new_ids(k);
-  for (uint64_t i = 0; i < k; i++) {
-    uint64_t ref = src->refs[positions[i]];
-    std::memcpy(x.data() + i * xb, src->FeaturesOf(ref), xb);
-    new_ids[i] = src->IdOf(ref);
-    if (yb > 0 && labels == nullptr) std::memcpy(y.data() + i * yb, src->LabelOf(ref), yb);
-  }
-  if (yb > 0 && labels != nullptr) std::memcpy(y.data(), labels->data.data(), k * yb);
-  COHORT_ASSIGN_OR_RETURN(
-      SegmentEntry seg,
-      WriteSegment(to, dst->schema, k, x.data(), yb > 0 ? y.data() : nullptr, new_ids.data()));
+  if (k == 0) return Status::OK();
+  if (!HasTable(to)) COHORT_RETURN_IF_ERROR(CreateTable(to, dst_schema));
+  COHORT_ASSIGN_OR_RETURN(TableState * dst, MutableTable(to));
+
+  std::vector<uint64_t> refs(k);
+  for (uint64_t i = 0; i < k; i++) refs[i] = src->refs[positions[i]];
+  TableState::Rows rows =
+      src->Collect(refs, /*with_labels=*/labels == nullptr && dst_schema.has_labels());
+  if (labels != nullptr && dst_schema.has_labels()) rows.y = labels->data;
+  COHORT_ASSIGN_OR_RETURN(SegmentEntry seg,
+                          WriteSegment(to, dst->schema, rows.count, rows.x.data(),
+                                       rows.y.empty() ? nullptr : rows.y.data(), rows.ids.data()));
   COHORT_RETURN_IF_ERROR(MapSegment(dst, seg));
   src->DropPositions(positions);
   for (uint64_t i = 0; i < k; i++) dst->refs.push_back(MakeRowRef(seg.id, i));
@@ -385,24 +394,13 @@ Result<std::vector<std::string>> Transaction::Compact(double threshold) {
     if (held == 0) continue;
     double dead = 1.0 - static_cast<double>(t->refs.size()) / static_cast<double>(held);
     if (dead <= threshold || t->refs.empty()) continue;
-
-    const uint64_t n = t->refs.size();
-    const size_t xb = t->schema.feature_row_bytes();
-    const size_t yb = t->schema.label_row_bytes();
-    std::vector<std::byte> x(n * xb);
-    std::vector<std::byte> y(n * yb);
-    std::vector<uint64_t> ids(n);
-    for (uint64_t i = 0; i < n; i++) {
-      uint64_t ref = t->refs[i];
-      std::memcpy(x.data() + i * xb, t->FeaturesOf(ref), xb);
-      if (yb > 0) std::memcpy(y.data() + i * yb, t->LabelOf(ref), yb);
-      ids[i] = t->IdOf(ref);
-    }
+    // The live rows are gathered in memory (one table's worth) and written as one segment.
+    TableState::Rows rows = t->Collect(t->refs, t->schema.has_labels());
     COHORT_ASSIGN_OR_RETURN(
-        SegmentEntry seg,
-        WriteSegment(name, t->schema, n, x.data(), yb > 0 ? y.data() : nullptr, ids.data()));
+        SegmentEntry seg, WriteSegment(name, t->schema, rows.count, rows.x.data(),
+                                       rows.y.empty() ? nullptr : rows.y.data(), rows.ids.data()));
     COHORT_RETURN_IF_ERROR(MapSegment(t.get(), seg));
-    for (uint64_t i = 0; i < n; i++) t->refs[i] = MakeRowRef(seg.id, i);
+    for (uint64_t i = 0; i < t->refs.size(); i++) t->refs[i] = MakeRowRef(seg.id, i);
     t->changed = true;
     compacted.push_back(name);
   }
@@ -415,6 +413,14 @@ Result<uint64_t> Transaction::Commit(const std::string& note, CommitOptions opti
   for (const auto& [name, t] : tables_) any_change = any_change || t->changed;
   if (!any_change && !options.allow_empty) {
     return Status::InvalidArgument("nothing to commit in " + dir_ + " (no table changed)");
+  }
+  // The lock makes this impossible unless someone broke it (deleted LOCK, or a store shared
+  // over a filesystem without working locks): refuse rather than overwrite their commit.
+  COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env_, dir_));
+  if (current != base_->generation()) {
+    return Status::Busy(dir_ + ": CURRENT moved from generation " +
+                        std::to_string(base_->generation()) + " to " + std::to_string(current) +
+                        " during this transaction; another writer got past the lock");
   }
   Manifest m = next_;
   m.generation = base_->generation() + 1;

@@ -326,6 +326,67 @@ TEST(TransactionTest, CompactRewritesDeadTablesAsOneCommit) {
   EXPECT_EQ((*(*Snapshot::Open(dir, 1))->table("train"))->size(), 10u);
 }
 
+TEST(TransactionTest, FailedMoveChangesNothing) {
+  std::string dir = MakeStore(5);
+  auto txn = Transaction::Begin(dir);
+  ASSERT_TRUE(txn.ok());
+  std::vector<uint64_t> ids{1, 99};
+  EXPECT_TRUE((*txn)->Move("train", "pool", ids).IsNotFound());
+  EXPECT_FALSE((*txn)->HasTable("pool"));
+  EXPECT_EQ(*(*txn)->TableSize("train"), 5u);
+  EXPECT_TRUE((*txn)->Commit("nothing").status().IsInvalidArgument());
+}
+
+TEST(TransactionTest, TheLockHoldsAcrossSpellingsOfThePath) {
+  std::string dir = MakeStore(3);
+  auto first = Transaction::Begin(dir);
+  ASSERT_TRUE(first.ok());
+  for (const std::string& other : {dir + "/.", dir + "/", dir + "/../store"}) {
+    auto second = Transaction::Begin(other);
+    ASSERT_FALSE(second.ok()) << other;
+    EXPECT_TRUE(second.status().IsBusy()) << second.status().ToString();
+  }
+  // The refused attempts did not release the first writer's lock.
+  EXPECT_TRUE(Transaction::Begin(dir).status().IsBusy());
+  std::vector<uint64_t> ids{0};
+  ASSERT_TRUE((*first)->Remove("train", ids).ok());
+  EXPECT_TRUE((*first)->Commit("first").ok());
+}
+
+TEST(TransactionTest, CommitRefusesWhenCurrentMovedUnderIt) {
+  std::string dir = MakeStore(3);
+  auto txn = Transaction::Begin(dir);
+  ASSERT_TRUE(txn.ok());
+  // Someone bypassed the lock and committed generation 2.
+  ASSERT_TRUE(WriteManifest(Env::Default(), dir,
+                            [&] {
+                              auto m = *ReadManifest(Env::Default(), dir, 1);
+                              m.generation = 2;
+                              m.parent = 1;
+                              return m;
+                            }())
+                  .ok());
+  ASSERT_TRUE(WriteCurrent(Env::Default(), dir, 2).ok());
+  std::vector<uint64_t> ids{0};
+  ASSERT_TRUE((*txn)->Remove("train", ids).ok());
+  auto gen = (*txn)->Commit("late");
+  ASSERT_FALSE(gen.ok());
+  EXPECT_TRUE(gen.status().IsBusy());
+  EXPECT_EQ((*(*Snapshot::Open(dir))->table("train"))->size(), 3u);
+}
+
+TEST(TransactionTest, NotesThatAreNotUtf8AreStoredReplaced) {
+  std::string dir = MakeStore(3);
+  auto txn = Transaction::Begin(dir);
+  std::vector<uint64_t> ids{0};
+  ASSERT_TRUE((*txn)->Remove("train", ids).ok());
+  auto gen = (*txn)->Commit("bad \xff byte");
+  ASSERT_TRUE(gen.ok()) << gen.status().ToString();
+  auto snap = Snapshot::Open(dir);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ((*snap)->manifest().note.substr(0, 4), "bad ");
+}
+
 TEST(TransactionTest, TableNamesAreValidated) {
   std::string dir = MakeStore(1);
   auto txn = Transaction::Begin(dir);
