@@ -1,0 +1,139 @@
+#include "model/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+namespace cohort::model {
+
+using nlohmann::json;
+
+std::string FirstLine(const std::string& text) {
+  size_t end = text.find('\n');
+  std::string line = text.substr(0, end);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+namespace {
+
+Status SyncFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::FromErrno("fsync " + path, err);
+  return Status::OK();
+}
+
+std::string DirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
+                      torch::optim::Optimizer* optimizer) {
+  const std::string tmp = path + ".tmp";
+  Status st = GuardTorch("write checkpoint " + path, [&]() -> Status {
+    torch::serialize::OutputArchive archive;
+    archive.write("meta", c10::IValue(meta.ToJson().dump()));
+    torch::serialize::OutputArchive model_archive;
+    net->save(model_archive);
+    archive.write("model", model_archive);
+    if (optimizer != nullptr) {
+      torch::serialize::OutputArchive optimizer_archive;
+      optimizer->save(optimizer_archive);
+      archive.write("optimizer", optimizer_archive);
+    }
+    archive.save_to(tmp);
+    return Status::OK();
+  });
+  if (st.ok()) st = SyncFile(tmp);
+  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = Status::FromErrno("rename " + tmp + " to " + path, errno);
+  }
+  if (!st.ok()) {
+    std::remove(tmp.c_str());
+    return st;
+  }
+  int fd = ::open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  return Status::OK();
+}
+
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::Device& device) {
+  if (::access(path.c_str(), R_OK) != 0) {
+    return Status::FromErrno("checkpoint " + path, errno);
+  }
+  return GuardTorch("read checkpoint " + path, [&]() -> Result<LoadedCheckpoint> {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, device);
+    c10::IValue meta_value;
+    if (!archive.try_read("meta", meta_value) || !meta_value.isString()) {
+      return Status::Corruption(path + ": not a cohort checkpoint (no description)");
+    }
+    json meta_json = json::parse(meta_value.toStringRef(), nullptr, /*allow_exceptions=*/false);
+    if (meta_json.is_discarded()) return Status::Corruption(path + ": damaged description");
+    LoadedCheckpoint out;
+    COHORT_ASSIGN_OR_RETURN(out.meta, MemberMeta::FromJson(meta_json, path));
+    COHORT_ASSIGN_OR_RETURN(out.spec, ParseModelSpec(out.meta.model, out.meta.member));
+    COHORT_RETURN_IF_ERROR(
+        InferShapes(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.member).status());
+    out.net = Network(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.input_scale());
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    out.net->load(model_archive);
+    out.net->to(device);
+    return out;
+  });
+}
+
+Status LoadOptimizerState(const std::string& path, torch::optim::Optimizer& optimizer) {
+  return GuardTorch("read optimizer state from " + path, [&]() -> Status {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    torch::serialize::InputArchive optimizer_archive;
+    if (!archive.try_read("optimizer", optimizer_archive)) {
+      return Status::InvalidArgument(path + " holds no optimizer state");
+    }
+    optimizer.load(optimizer_archive);
+    return Status::OK();
+  });
+}
+
+Result<torch::Device> ParseDevice(const std::string& text) {
+  if (text == "cpu" || text.rfind("cpu:", 0) == 0) return torch::Device(torch::kCPU);
+  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    int64_t index = 0;
+    if (text.size() > 5) {
+      const std::string digits = text.substr(5);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+          digits.size() > 4) {
+        return Status::InvalidArgument("device '" + text + "': expected cuda:N");
+      }
+      index = std::stoll(digits);
+    }
+    if (!torch::cuda::is_available()) {
+      return Status::InvalidArgument("device '" + text +
+                                     "': this libtorch build has no CUDA, or no GPU is visible");
+    }
+    if (index >= static_cast<int64_t>(torch::cuda::device_count())) {
+      return Status::InvalidArgument("device '" + text + "': only " +
+                                     std::to_string(torch::cuda::device_count()) +
+                                     " CUDA device(s) visible");
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return Status::InvalidArgument("device '" + text + "': expected cpu, cuda or cuda:N");
+}
+
+}  // namespace cohort::model

@@ -1,0 +1,334 @@
+// Trains real members on slices of Fashion-MNIST (and small synthetic sets) and checks what a
+// user relies on: accuracy, determinism, checkpoints, errors.
+#include "model/member.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "store/import.h"
+#include "store/store.h"
+#include "store/transaction.h"
+
+namespace cohort::model {
+namespace {
+
+const char kImages[] = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+const char kLabels[] = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+const char kTestImages[] = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+const char kTestLabels[] = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+
+std::string Scratch(const std::string& name) {
+  const char* root = std::getenv("COHORT_TEST_TMP");
+  auto dir = std::filesystem::path(root != nullptr ? root : ::testing::TempDir()) /
+             ("member_test." + name + "." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// A store with `train` (first n_train Fashion-MNIST training images) and `test` (first
+// n_test test images), made once per test binary.
+const std::string& FashionStore() {
+  static const std::string dir = [] {
+    std::string d = Scratch("fashion") + "/store";
+    EXPECT_TRUE(store::InitStore(d).ok());
+    auto txn = store::Transaction::Begin(d);
+    for (auto [table, images, labels, n] : {std::tuple{"train", kImages, kLabels, 5000},
+                                            std::tuple{"test", kTestImages, kTestLabels, 10000}}) {
+      auto data = store::ReadIdxDataset(images, labels);
+      EXPECT_TRUE(data.ok()) << data.status().ToString();
+      data->first.TruncateRows(n);
+      data->second.TruncateRows(n);
+      store::TableSchema s;
+      s.feature_dtype = store::Dtype::kUint8;
+      s.feature_shape = {28, 28};
+      EXPECT_TRUE((*txn)->CreateTable(table, s).ok());
+      EXPECT_TRUE((*txn)->Append(table, data->first, &data->second).ok());
+    }
+    EXPECT_TRUE((*txn)->Commit("fashion slice").ok());
+    return d;
+  }();
+  return dir;
+}
+
+// y = sin(x0) + 0.5 x1 with noise, x ~ U(-2, 2)^2: a small regression store.
+const std::string& RegressionStore() {
+  static const std::string dir = [] {
+    std::string d = Scratch("regression") + "/store";
+    EXPECT_TRUE(store::InitStore(d).ok());
+    auto txn = store::Transaction::Begin(d);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<float> u(-2, 2);
+    std::normal_distribution<float> noise(0, 0.1f);
+    for (auto [table, n] : {std::pair{"train", 2000}, std::pair{"test", 500}}) {
+      store::HostArray x(store::Dtype::kFloat32, {static_cast<uint64_t>(n), 2});
+      store::HostArray y(store::Dtype::kFloat32, {static_cast<uint64_t>(n), 1});
+      for (int i = 0; i < n; i++) {
+        float a = u(rng), b = u(rng);
+        x.as<float>()[2 * i] = a;
+        x.as<float>()[2 * i + 1] = b;
+        y.as<float>()[i] = std::sin(a) + 0.5f * b + noise(rng);
+      }
+      store::TableSchema s;
+      s.feature_dtype = store::Dtype::kFloat32;
+      s.feature_shape = {2};
+      s.label_kind = store::LabelKind::kVector;
+      s.label_shape = {1};
+      EXPECT_TRUE((*txn)->CreateTable(table, s).ok());
+      EXPECT_TRUE((*txn)->Append(table, x, &y).ok());
+    }
+    EXPECT_TRUE((*txn)->Commit("regression").ok());
+    return d;
+  }();
+  return dir;
+}
+
+std::shared_ptr<const store::Snapshot> Open(const std::string& dir) {
+  auto snap = store::Snapshot::Open(dir);
+  EXPECT_TRUE(snap.ok()) << snap.status().ToString();
+  return *snap;
+}
+
+TrainConfig MlpConfig(int epochs, uint64_t seed) {
+  TrainConfig c;
+  c.member = "mlp";
+  c.model = "dense 256 relu, dropout 0.1, dense 10";
+  c.epochs = epochs;
+  c.seed = seed;
+  c.batch_size = 64;
+  return c;
+}
+
+std::vector<std::byte> PredictBytes(const std::string& ckpt, const std::string& out,
+                                    const std::string& table = "test") {
+  auto r = Predict(ckpt, *Open(FashionStore()), table, out);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  auto a = store::ReadNpyFile(out);
+  EXPECT_TRUE(a.ok());
+  return a->data;
+}
+
+TEST(MemberTest, MlpOnFiveThousandFashionMnistSamplesReachesEightyPercent) {
+  std::string dir = Scratch("accuracy");
+  auto snap = Open(FashionStore());
+  auto r = Train(*snap, "train", MlpConfig(10, 1), dir + "/m.ckpt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epochs.size(), 10u);
+  EXPECT_EQ(r->samples, 50000u);
+  EXPECT_LT(r->epochs.back().train_loss, r->epochs.front().train_loss);
+  EXPECT_EQ(r->parameters, 784 * 256 + 256 + 256 * 10 + 10);
+  auto m = Evaluate(dir + "/m.ckpt", *snap, "test");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::printf("accuracy %.4f nll %.4f brier %.4f ece %.4f (%.0f samples/s)\n", m->at("accuracy"),
+              m->at("nll"), m->at("brier"), m->at("ece"),
+              static_cast<double>(r->samples) / r->seconds);
+  EXPECT_GE(m->at("accuracy"), 0.80);
+  EXPECT_EQ(m->at("count"), 10000);
+  EXPECT_GT(m->at("nll"), 0.0);
+  EXPECT_LT(m->at("nll"), 1.0);
+  EXPECT_GT(m->at("brier"), 0.0);
+  EXPECT_LT(m->at("brier"), 0.5);
+  EXPECT_GE(m->at("ece"), 0.0);
+  EXPECT_LT(m->at("ece"), 0.15);
+}
+
+TEST(MemberTest, SameSeedGivesIdenticalWeightsAndOtherSeedsDiffer) {
+  std::string dir = Scratch("determinism");
+  auto snap = Open(FashionStore());
+  for (const char* name : {"a", "b"}) {
+    ASSERT_TRUE(Train(*snap, "train", MlpConfig(2, 7), dir + "/" + name + ".ckpt").ok());
+  }
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(2, 8), dir + "/c.ckpt").ok());
+  auto a = PredictBytes(dir + "/a.ckpt", dir + "/a.npy");
+  auto b = PredictBytes(dir + "/b.ckpt", dir + "/b.npy");
+  auto c = PredictBytes(dir + "/c.ckpt", dir + "/c.npy");
+  EXPECT_EQ(a, b) << "same seed, same data, one thread: outputs must be bit-identical";
+  EXPECT_NE(a, c);
+}
+
+TEST(MemberTest, CheckpointRoundTripGivesIdenticalPredictions) {
+  std::string dir = Scratch("roundtrip");
+  auto snap = Open(FashionStore());
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(1, 3), dir + "/m.ckpt").ok());
+  auto first = PredictBytes(dir + "/m.ckpt", dir + "/p1.npy");
+  std::filesystem::copy_file(dir + "/m.ckpt", dir + "/copy.ckpt");
+  auto second = PredictBytes(dir + "/copy.ckpt", dir + "/p2.npy");
+  EXPECT_EQ(first, second);
+  // Predictions are probabilities, and Evaluate's accuracy agrees with them.
+  auto probs = *store::ReadNpyFile(dir + "/p1.npy");
+  ASSERT_EQ(probs.shape, (std::vector<uint64_t>{10000, 10}));
+  auto test = *(*snap).table("test");
+  int correct = 0;
+  for (uint64_t i = 0; i < 10000; i++) {
+    const float* p = probs.as<float>() + i * 10;
+    double sum = 0;
+    int best = 0;
+    for (int k = 0; k < 10; k++) {
+      sum += p[k];
+      if (p[k] > p[best]) best = k;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+    int64_t label;
+    std::memcpy(&label, test->label(i), 8);
+    correct += best == label;
+  }
+  auto m = Evaluate(dir + "/m.ckpt", *snap, "test");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NEAR(m->at("accuracy"), correct / 10000.0, 1e-9);
+  auto described = DescribeCheckpoint(dir + "/m.ckpt");
+  ASSERT_TRUE(described.ok());
+  EXPECT_NE(described->find("\"classes\": 10"), std::string::npos);
+}
+
+TEST(MemberTest, WarmStartContinuesFromThePreviousCheckpoint) {
+  std::string dir = Scratch("warm");
+  auto snap = Open(FashionStore());
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(2, 5), dir + "/round1.ckpt").ok());
+  TrainConfig warm = MlpConfig(1, 6);
+  warm.warm_start_from = dir + "/round1.ckpt";
+  auto continued = Train(*snap, "train", warm, dir + "/round2.ckpt");
+  ASSERT_TRUE(continued.ok()) << continued.status().ToString();
+  auto fresh = Train(*snap, "train", MlpConfig(1, 6), dir + "/fresh.ckpt");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_LT(continued->epochs[0].train_loss, fresh->epochs[0].train_loss);
+  TrainConfig mismatched = warm;
+  mismatched.model = "dense 32 relu, dense 10";
+  auto bad = Train(*snap, "train", mismatched, dir + "/bad.ckpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("warm start"), std::string::npos);
+}
+
+TEST(MemberTest, EarlyStoppingKeepsTheBestEpoch) {
+  std::string dir = Scratch("early");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(40, 2);
+  c.model = "dense 512 relu, dense 10";
+  c.validation_fraction = 0.5;
+  c.patience = 2;
+  c.optimizer.learning_rate = 3e-3;
+  auto r = Train(*snap, "train", c, dir + "/m.ckpt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->epochs[0].val_loss.has_value());
+  EXPECT_TRUE(r->stopped_early);
+  EXPECT_LT(r->epochs.size(), 40u);
+  double best = INFINITY;
+  int64_t best_epoch = 0;
+  for (const auto& e : r->epochs) {
+    if (*e.val_loss < best) {
+      best = *e.val_loss;
+      best_epoch = e.epoch;
+    }
+  }
+  EXPECT_EQ(r->best_epoch, best_epoch);
+  EXPECT_EQ(static_cast<int64_t>(r->epochs.size()), best_epoch + c.patience);
+}
+
+TEST(MemberTest, RegressionHeadsLearnAndReportRmseAndNll) {
+  std::string dir = Scratch("regression");
+  auto snap = Open(RegressionStore());
+  for (const char* loss : {"mse", "gaussian_nll"}) {
+    TrainConfig c;
+    c.member = loss;
+    c.model = "dense 64 tanh, dense 64 tanh, dense " +
+              std::string(loss == std::string("mse") ? "1" : "2");
+    c.loss = loss;
+    c.epochs = 30;
+    c.batch_size = 32;
+    c.standardize = true;
+    auto r = Train(*snap, "train", c, dir + "/" + loss + ".ckpt");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto m = Evaluate(dir + "/" + loss + ".ckpt", *snap, "test");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    // The targets' spread is about 0.95; the noise is 0.1.
+    EXPECT_LT(m->at("rmse"), 0.3) << loss;
+    EXPECT_LT(m->at("nll"), 0.5) << loss;
+    auto p = Predict(dir + "/" + loss + ".ckpt", *snap, "test", dir + "/" + loss + ".npy");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->shape, (std::vector<int64_t>{500, 2, 1}));
+    auto a = *store::ReadNpyFile(dir + "/" + loss + ".npy");
+    for (uint64_t i = 0; i < 500; i++) EXPECT_GT(a.as<float>()[2 * i + 1], 0.0f);
+  }
+}
+
+TEST(MemberTest, ErrorsNameTheMemberAndWhatIsWrong) {
+  std::string dir = Scratch("errors");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 0);
+  c.member = "m7";
+  c.model = "dense 64 relu, conv2d 8 3, dense 10";
+  auto bad_spec = Train(*snap, "train", c, dir + "/x.ckpt");
+  ASSERT_FALSE(bad_spec.ok());
+  EXPECT_NE(bad_spec.status().message().find("member m7"), std::string::npos);
+  EXPECT_NE(bad_spec.status().message().find("conv2d 8 3"), std::string::npos);
+  c.model = "dense 64 relu, dense 5";
+  auto wrong_outputs = Train(*snap, "train", c, dir + "/x.ckpt");
+  ASSERT_FALSE(wrong_outputs.ok());
+  EXPECT_NE(wrong_outputs.status().message().find("10"), std::string::npos);
+  c = MlpConfig(3, 0);
+  c.optimizer.name = "sgd";
+  c.optimizer.learning_rate = 1e12;
+  auto diverged = Train(*snap, "train", c, dir + "/x.ckpt");
+  ASSERT_FALSE(diverged.ok());
+  EXPECT_NE(diverged.status().message().find("loss became"), std::string::npos)
+      << diverged.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.ckpt"));
+  c = MlpConfig(1, 0);
+  c.optimizer.name = "lbfgs";
+  EXPECT_TRUE(Train(*snap, "train", c, dir + "/x.ckpt").status().IsInvalidArgument());
+  EXPECT_TRUE(Train(*snap, "nope", MlpConfig(1, 0), dir + "/x.ckpt").status().IsNotFound());
+  auto missing = Evaluate(dir + "/none.ckpt", *snap, "test");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("none.ckpt"), std::string::npos);
+  std::ofstream(dir + "/garbage.ckpt") << "not a checkpoint";
+  auto garbage = Evaluate(dir + "/garbage.ckpt", *snap, "test");
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_NE(garbage.status().message().find("garbage.ckpt"), std::string::npos);
+  EXPECT_EQ(garbage.status().message().find('\n'), std::string::npos);
+}
+
+TEST(MemberTest, CancelStopsTraining) {
+  std::string dir = Scratch("cancel");
+  auto snap = Open(FashionStore());
+  std::atomic<bool> cancel{false};
+  int calls = 0;
+  auto r = Train(
+      *snap, "train", MlpConfig(50, 0), dir + "/m.ckpt",
+      [&](const Progress&) {
+        if (++calls == 2) cancel = true;
+      },
+      0.0, &cancel);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kAborted);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.ckpt"));
+}
+
+TEST(MemberTest, ConvolutionalMemberTrains) {
+  std::string dir = Scratch("cnn");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 0);
+  c.model =
+      "conv2d 8 3 1 1 relu, maxpool 2, batchnorm, conv2d 16 3 relu, avgpool 2, flatten, "
+      "layernorm, dense 32 gelu, dropout 0.2, dense 10";
+  c.optimizer.name = "adamw";
+  c.optimizer.weight_decay = 0.01;
+  c.schedule.name = "cosine";
+  c.schedule.warmup_epochs = 1;
+  c.grad_clip_norm = 1.0;
+  c.label_smoothing = 0.1;
+  c.epochs = 2;
+  auto r = Train(*snap, "train", c, dir + "/cnn.ckpt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto m = Evaluate(dir + "/cnn.ckpt", *snap, "test");
+  ASSERT_TRUE(m.ok());
+  EXPECT_GT(m->at("accuracy"), 0.6);
+}
+
+}  // namespace
+}  // namespace cohort::model

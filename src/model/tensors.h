@@ -1,0 +1,72 @@
+// The libtorch side of a member's data (internal to src/model): batches as tensors, the
+// loss of each task, and the passes over a table that evaluation, validation and
+// prediction share.
+//
+// Thread-safety: free functions over the caller's network; one thread at a time.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "model/batch_pipeline.h"
+#include "model/network.h"
+#include "model/task.h"
+
+namespace cohort::model {
+
+// A gathered batch as (x, y) on `device`: x float (B, *input_shape), unscaled (the network
+// scales); y int64 (B) for classes, float (B, target_size) for regression, undefined when the
+// batch has no labels. uint8 features are converted; float32 ones are used in place.
+std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
+                                                     const MemberMeta& meta,
+                                                     const torch::Device& device);
+
+// The training loss of a member's task, averaged over the batch.
+class LossFn {
+ public:
+  LossFn(const MemberMeta& meta, double label_smoothing);
+  torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& target) const;
+
+ private:
+  std::string loss_;
+  int64_t targets_;
+  double label_smoothing_;
+};
+
+// The Gaussian head's mean and variance from raw outputs (B, 2 * targets).
+std::pair<torch::Tensor, torch::Tensor> GaussianHead(const torch::Tensor& output, int64_t targets);
+
+// Per-feature mean and standard deviation (shape input_shape) of `rows`, after scaling.
+std::pair<torch::Tensor, torch::Tensor> FeatureMoments(const store::Table& table,
+                                                       const std::vector<uint64_t>& rows,
+                                                       double scale);
+
+// Runs the network in evaluation mode over `rows` of `pipeline`'s table and returns the
+// concatenated outputs on the CPU: probabilities (n, classes) for classification, raw
+// outputs (n, outputs) otherwise; plus the labels (n,) / (n, targets) when `with_labels`.
+Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipeline& pipeline,
+                                                        const std::vector<uint64_t>& rows,
+                                                        const MemberMeta& meta,
+                                                        const torch::Device& device,
+                                                        bool with_labels);
+
+// Mean loss and (classification) accuracy of `net` on `rows`.
+Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& loss,
+                                                 BatchPipeline& pipeline,
+                                                 const std::vector<uint64_t>& rows,
+                                                 const MemberMeta& meta,
+                                                 const torch::Device& device);
+
+// Per-target variance of the residuals y - f(x) over `rows` (the MSE member's noise level).
+Result<std::vector<double>> ResidualVariance(Network& net, const store::Table& table,
+                                             const std::vector<uint64_t>& rows,
+                                             const MemberMeta& meta, const torch::Device& device);
+
+// Regression mean and variance (n, targets) each, from raw outputs and the member's meta.
+std::pair<torch::Tensor, torch::Tensor> RegressionMoments(const torch::Tensor& raw,
+                                                          const MemberMeta& meta);
+
+}  // namespace cohort::model
