@@ -1,50 +1,53 @@
-// The `cohort` executable: parses the command line and runs one subcommand. Errors are one
-// line on stderr and a non-zero exit status, never a stack trace.
+// The `cohort` executable. It does not link libtorch, so data commands (and, later, the loop
+// controller) start in milliseconds; the member commands (train, eval, predict, worker) live
+// in `cohort-member`, which this program execs with the same arguments.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
-#include <exception>
+#include <cstring>
 #include <functional>
+#include <string>
 
 #include "cli/data_command.h"
+#include "cli/run_cli.h"
 #include "common/status.h"
 
 #ifndef COHORT_VERSION
 #define COHORT_VERSION "0.0.0"
 #endif
 
+namespace {
+
+constexpr const char* kMemberCommands[][2] = {
+    {"train", "Train one member on a store table (cohort train --help)"},
+    {"eval", "Evaluate a checkpoint on a store table (cohort eval --help)"},
+    {"predict", "Write a checkpoint's predictions for a table as .npy (cohort predict --help)"},
+    {"worker", "Serve train/predict/evaluate commands on stdin (docs/protocol.md)"},
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 setup only
+  if (argc > 1) {
+    for (const auto& command : kMemberCommands) {
+      if (std::strcmp(argv[1], command[0]) != 0) continue;
+      std::string member = cohort::cli::SiblingExecutable("cohort-member");
+      argv[0] = member.data();
+      ::execv(member.c_str(), argv);
+      std::fprintf(stderr, "cohort: error: cannot run %s: %s\n", member.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+  }
   CLI::App app{"cohort: train an ensemble in parallel inside a closed data loop", "cohort"};
   app.set_version_flag("--version", COHORT_VERSION);
   app.require_subcommand(1);
   std::function<cohort::Status()> run;
   cohort::cli::AddDataCommands(app, &run);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // One line, like every other error; --help shows the usage.
-    std::fprintf(stderr, "cohort: error: %s (see --help)\n", e.what());
-    return 2;
+  for (const auto& command : kMemberCommands) {
+    app.add_subcommand(command[0], command[1])->allow_extras();  // listed in --help only
   }
-  if (!run) {
-    std::fprintf(stderr, "cohort: error: no command given (see cohort --help)\n");
-    return 2;
-  }
-  try {
-    cohort::Status status = run();
-    if (!status.ok()) {
-      std::fprintf(stderr, "cohort: error: %s\n", status.message().c_str());
-      return 1;
-    }
-  } catch (const std::exception& e) {
-    // Only out-of-memory and library bugs get here; still one line.
-    std::fprintf(stderr, "cohort: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return cohort::cli::RunCli(app, argc, argv, run);
 }

@@ -88,7 +88,8 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::De
     COHORT_ASSIGN_OR_RETURN(out.spec, ParseModelSpec(out.meta.model, out.meta.member));
     COHORT_RETURN_IF_ERROR(
         InferShapes(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.member).status());
-    out.net = Network(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.input_scale());
+    out.net = Network(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.input_scale(),
+                      out.meta.standardize);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     out.net->load(model_archive);

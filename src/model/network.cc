@@ -31,8 +31,8 @@ int64_t Product(const std::vector<int64_t>& shape) {
 }  // namespace
 
 NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
-                         int64_t outputs, double input_scale)
-    : input_shape_(input_shape), input_scale_(input_scale) {
+                         int64_t outputs, double input_scale, bool standardize)
+    : input_shape_(input_shape), input_scale_(input_scale), standardize_(standardize) {
   // Shapes were checked by InferShapes before a Network is built; recompute them here to
   // size each layer.
   auto shapes = InferShapes(spec, input_shape, outputs, "network");
@@ -101,7 +101,7 @@ void NetworkImpl::SetStandardization(const torch::Tensor& mean, const torch::Ten
 
 torch::Tensor NetworkImpl::forward(torch::Tensor x) {
   if (input_scale_ != 1.0) x = x * input_scale_;
-  x = (x - mean_) * inv_std_;
+  if (standardize_) x = (x - mean_) * inv_std_;
   if (add_channel_) x = x.unsqueeze(1);
   return layers_->forward(x);
 }

@@ -20,7 +20,7 @@ namespace cohort::model {
 class NetworkImpl : public torch::nn::Module {
  public:
   NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
-              double input_scale);
+              double input_scale, bool standardize);
   torch::Tensor forward(torch::Tensor x);
 
   // Sets the standardisation statistics (shape = input_shape).
@@ -31,8 +31,9 @@ class NetworkImpl : public torch::nn::Module {
   std::vector<int64_t> input_shape_;
   bool add_channel_ = false;  // (H, W) images feed conv/pool layers as (1, H, W)
   double input_scale_ = 1.0;
-  torch::Tensor mean_;     // buffer, input_shape
-  torch::Tensor inv_std_;  // buffer, input_shape
+  bool standardize_ = false;  // without it the buffers stay 0 and 1 and are skipped
+  torch::Tensor mean_;        // buffer, input_shape
+  torch::Tensor inv_std_;     // buffer, input_shape
 };
 TORCH_MODULE(Network);
 

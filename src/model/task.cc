@@ -43,6 +43,7 @@ json MemberMeta::ToJson() const {
           {"target_shape", target_shape},
           {"classes", classes},
           {"outputs", outputs},
+          {"standardize", standardize},
           {"residual_variance", residual_variance},
           {"training", training}};
 }
@@ -67,6 +68,7 @@ Result<MemberMeta> MemberMeta::FromJson(const json& j, const std::string& path) 
     m.target_shape = j.at("target_shape").get<std::vector<int64_t>>();
     m.classes = j.at("classes").get<int64_t>();
     m.outputs = j.at("outputs").get<int64_t>();
+    m.standardize = j.at("standardize").get<bool>();
     m.residual_variance = j.at("residual_variance").get<std::vector<double>>();
     m.training = j.value("training", json::object());
   } catch (const json::exception& e) {
@@ -81,6 +83,7 @@ Result<MemberMeta> DescribeTask(const store::Table& table, const TrainConfig& co
   MemberMeta m;
   m.member = config.member;
   m.model = config.model;
+  m.standardize = config.standardize;
   m.feature_dtype = store::DtypeName(schema.feature_dtype);
   m.input_shape = ToInt64(schema.feature_shape);
   if (schema.label_kind == store::LabelKind::kNone) {

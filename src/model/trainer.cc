@@ -144,7 +144,7 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
                                      "holding out the validation fraction");
     }
 
-    Network net(spec, meta.input_shape, meta.outputs, meta.input_scale());
+    Network net(spec, meta.input_shape, meta.outputs, meta.input_scale(), meta.standardize);
     if (config.standardize) {
       auto [mean, std] = FeatureMoments(*table, train_rows, meta.input_scale());
       net->SetStandardization(mean, std);
@@ -153,10 +153,12 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
       COHORT_ASSIGN_OR_RETURN(LoadedCheckpoint previous,
                               LoadCheckpoint(config.warm_start_from, torch::kCPU));
       if (previous.meta.model != meta.model || previous.meta.input_shape != meta.input_shape ||
-          previous.meta.outputs != meta.outputs || previous.meta.loss != meta.loss) {
+          previous.meta.outputs != meta.outputs || previous.meta.loss != meta.loss ||
+          previous.meta.standardize != meta.standardize) {
         return Status::InvalidArgument("member " + config.member + ": cannot warm start from " +
                                        config.warm_start_from + ": it holds model '" +
-                                       previous.meta.model + "' for a different shape or spec");
+                                       previous.meta.model +
+                                       "' (its spec, shapes, loss or standardisation differ)");
       }
       torch::NoGradGuard no_grad;
       auto src = previous.net->named_parameters();

@@ -57,7 +57,9 @@ TEST(ManifestTest, EveryBitFlipIsDetected) {
     damaged[i] = static_cast<char>(damaged[i] ^ 0x04);
     auto r = DecodeManifest(damaged, "gen-000003.json");
     EXPECT_FALSE(r.ok()) << "flip at byte " << i << " went unnoticed";
-    if (!r.ok()) EXPECT_NE(r.status().message().find("gen-000003.json"), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("gen-000003.json"), std::string::npos);
+    }
   }
 }
 

@@ -1,0 +1,293 @@
+#include "model/config_json.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace cohort::model {
+
+namespace {
+
+using nlohmann::json;
+
+// Whether `v` nests deeper than `limit` levels (dumping a hostile value would recurse).
+bool Deep(const json& v, int limit) {
+  if (!v.is_structured()) return false;
+  if (limit == 0) return true;
+  for (const auto& e : v) {
+    if (Deep(e, limit - 1)) return true;
+  }
+  return false;
+}
+
+// A value as it appears in an error message: compact JSON, cut short when long.
+std::string Shown(const json& v) {
+  if (Deep(v, 8)) return v.is_array() ? "a deeply nested array" : "a deeply nested object";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+std::string Folded(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    out.push_back(c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return out;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions).
+size_t EditDistance(std::string_view a, std::string_view b) {
+  const size_t n = a.size();
+  const size_t m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+  for (size_t i = 0; i <= n; i++) d[i][0] = i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    for (size_t j = 1; j <= m; j++) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+// Whether `key` is an abbreviation of `name`: its letters appear in order, starting with the
+// same one ("lr" for learning_rate, "val_fraction" for validation_fraction).
+bool Abbreviates(std::string_view key, std::string_view name) {
+  if (key.size() < 2 || key.size() >= name.size() || key[0] != name[0]) return false;
+  size_t j = 0;
+  for (char c : name) {
+    if (j < key.size() && key[j] == c) j++;
+  }
+  return j == key.size();
+}
+
+// The known name closest to `key`, or "" when none is close enough to be a likely typo.
+std::string Closest(const std::string& key, const std::vector<std::string>& names) {
+  const std::string k = Folded(key);
+  const size_t limit = k.size() <= 4 ? 1 : k.size() <= 8 ? 2 : 3;
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const auto& name : names) {
+    size_t d = EditDistance(k, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+  }
+  if (!best.empty()) return best;
+  for (const auto& name : names) {
+    if (Abbreviates(k, name) && (best.empty() || name.size() < best.size())) best = name;
+  }
+  return best;
+}
+
+// Reads one JSON object into a struct, field by field; the first problem wins.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path, const std::string& member, Status* status)
+      : j_(j), path_(std::move(path)), member_(member), status_(status) {
+    if (status_->ok() && !j_.is_object()) {
+      Fail(path_, "expected an object, got " + Shown(j_));
+    }
+  }
+
+  void String(const char* key, std::string* out) {
+    Field(key, [&](const json& v, const std::string& path) {
+      if (!v.is_string()) return Fail(path, "expected a string, got " + Shown(v));
+      *out = v.get<std::string>();
+    });
+  }
+
+  void Double(const char* key, double* out) {
+    Field(key, [&](const json& v, const std::string& path) {
+      if (!v.is_number()) return Fail(path, "expected a number, got " + Shown(v));
+      *out = v.get<double>();
+    });
+  }
+
+  void Bool(const char* key, bool* out) {
+    Field(key, [&](const json& v, const std::string& path) {
+      if (!v.is_boolean()) return Fail(path, "expected true or false, got " + Shown(v));
+      *out = v.get<bool>();
+    });
+  }
+
+  template <typename Int>
+  void Integer(const char* key, Int* out) {
+    Field(key, [&](const json& v, const std::string& path) {
+      const char* what = std::is_signed_v<Int> ? "an integer" : "a non-negative integer";
+      // 10.0 is accepted as 10 (some writers only have doubles); 2.5 is not.
+      if (v.is_number_unsigned()) {
+        uint64_t x = v.get<uint64_t>();
+        if (x > static_cast<uint64_t>(std::numeric_limits<Int>::max())) {
+          return Fail(path,
+                      std::string("expected ") + what + ", got " + Shown(v) + " (out of range)");
+        }
+        *out = static_cast<Int>(x);
+      } else if (v.is_number_integer()) {
+        int64_t x = v.get<int64_t>();
+        if (x < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
+            (std::is_signed_v<Int> && x > static_cast<int64_t>(std::numeric_limits<Int>::max()))) {
+          return Fail(path, std::string("expected ") + what + ", got " + Shown(v));
+        }
+        *out = static_cast<Int>(x);
+      } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                 v.get<double>() >= static_cast<double>(std::numeric_limits<Int>::min()) &&
+                 v.get<double>() < static_cast<double>(std::numeric_limits<Int>::max())) {
+        *out = static_cast<Int>(v.get<double>());
+      } else {
+        return Fail(path, std::string("expected ") + what + ", got " + Shown(v));
+      }
+    });
+  }
+
+  // A nested object: `fill` reads its fields with a reader of its own.
+  template <typename Fill>
+  void Object(const char* key, Fill fill) {
+    known_.emplace_back(key);
+    static const json kEmpty = json::object();
+    auto it = j_.is_object() ? j_.find(key) : j_.end();
+    const bool present = it != j_.end();
+    ObjectReader inner(present ? *it : kEmpty, path_ + "." + key, member_, status_);
+    fill(inner);
+    if (present) inner.Finish();
+    nested_.emplace_back(key, std::move(inner.known_));
+  }
+
+  // Reports the first key no reader asked for, with the closest known name: one of this
+  // object's, or else one of a nested object's ("lr" at the top: optimizer.learning_rate).
+  void Finish() {
+    if (!status_->ok()) return;
+    for (const auto& [key, value] : j_.items()) {
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      std::string suggestion = Closest(key, known_);
+      for (size_t i = 0; suggestion.empty() && i < nested_.size(); i++) {
+        std::string inner = Closest(key, nested_[i].second);
+        if (!inner.empty()) suggestion = nested_[i].first + "." + inner;
+      }
+      std::string message = "unknown field";
+      if (!suggestion.empty()) message += " (did you mean " + suggestion + "?)";
+      Fail(path_ + "." + key, message);
+      return;
+    }
+  }
+
+ private:
+  template <typename Read>
+  void Field(const char* key, Read read) {
+    known_.emplace_back(key);
+    if (!status_->ok() || !j_.is_object()) return;
+    auto it = j_.find(key);
+    if (it == j_.end()) return;
+    read(*it, path_ + "." + key);
+  }
+
+  void Fail(const std::string& path, const std::string& message) {
+    if (status_->ok())
+      *status_ = Status::InvalidArgument("member " + member_ + ": " + path + ": " + message);
+  }
+
+  const json& j_;
+  std::string path_;
+  const std::string& member_;
+  Status* status_;
+  std::vector<std::string> known_;
+  std::vector<std::pair<std::string, std::vector<std::string>>> nested_;
+};
+
+}  // namespace
+
+Result<TrainConfig> TrainConfigFromJson(const nlohmann::json& j, const TrainConfig& base,
+                                        const std::string& member) {
+  // Errors name the member the caller says this is; failing that, the one the JSON names.
+  std::string name = member;
+  if (name.empty()) {
+    auto it = j.is_object() ? j.find("member") : j.end();
+    name =
+        (j.is_object() && it != j.end() && it->is_string()) ? it->get<std::string>() : base.member;
+  }
+  TrainConfig c = base;
+  Status status;
+  ObjectReader r(j, "config", name, &status);
+  r.String("member", &c.member);
+  r.String("model", &c.model);
+  r.String("loss", &c.loss);
+  r.Double("label_smoothing", &c.label_smoothing);
+  r.Integer("classes", &c.classes);
+  r.Bool("standardize", &c.standardize);
+  r.Object("optimizer", [&](ObjectReader& o) {
+    o.String("name", &c.optimizer.name);
+    o.Double("learning_rate", &c.optimizer.learning_rate);
+    o.Double("weight_decay", &c.optimizer.weight_decay);
+    o.Double("momentum", &c.optimizer.momentum);
+    o.Double("beta1", &c.optimizer.beta1);
+    o.Double("beta2", &c.optimizer.beta2);
+  });
+  r.Object("schedule", [&](ObjectReader& s) {
+    s.String("name", &c.schedule.name);
+    s.Integer("warmup_epochs", &c.schedule.warmup_epochs);
+    s.Integer("step_epochs", &c.schedule.step_epochs);
+    s.Double("gamma", &c.schedule.gamma);
+    s.Double("min_learning_rate", &c.schedule.min_learning_rate);
+  });
+  r.Double("grad_clip_norm", &c.grad_clip_norm);
+  r.Integer("batch_size", &c.batch_size);
+  r.Integer("epochs", &c.epochs);
+  r.Integer("seed", &c.seed);
+  r.Double("validation_fraction", &c.validation_fraction);
+  r.Integer("patience", &c.patience);
+  r.String("warm_start_from", &c.warm_start_from);
+  r.Object("device", [&](ObjectReader& d) {
+    d.String("device", &c.device.device);
+    d.Integer("threads", &c.device.threads);
+  });
+  r.Finish();
+  if (!status.ok()) return status;
+  return c;
+}
+
+nlohmann::json TrainConfigToJson(const TrainConfig& c) {
+  return {
+      {"member", c.member},
+      {"model", c.model},
+      {"loss", c.loss},
+      {"label_smoothing", c.label_smoothing},
+      {"classes", c.classes},
+      {"standardize", c.standardize},
+      {"optimizer",
+       {{"name", c.optimizer.name},
+        {"learning_rate", c.optimizer.learning_rate},
+        {"weight_decay", c.optimizer.weight_decay},
+        {"momentum", c.optimizer.momentum},
+        {"beta1", c.optimizer.beta1},
+        {"beta2", c.optimizer.beta2}}},
+      {"schedule",
+       {{"name", c.schedule.name},
+        {"warmup_epochs", c.schedule.warmup_epochs},
+        {"step_epochs", c.schedule.step_epochs},
+        {"gamma", c.schedule.gamma},
+        {"min_learning_rate", c.schedule.min_learning_rate}}},
+      {"grad_clip_norm", c.grad_clip_norm},
+      {"batch_size", c.batch_size},
+      {"epochs", c.epochs},
+      {"seed", c.seed},
+      {"validation_fraction", c.validation_fraction},
+      {"patience", c.patience},
+      {"warm_start_from", c.warm_start_from},
+      {"device", {{"device", c.device.device}, {"threads", c.device.threads}}},
+  };
+}
+
+}  // namespace cohort::model
