@@ -326,6 +326,50 @@ class BadInput(CohortCase):
         self.fails("data", "info", self.store, mentions=["CURRENT"])
 
 
+class MemberCommands(CohortCase):
+    """`cohort train` and `cohort eval` in the forms the docs give."""
+
+    def setUp(self):
+        super().setUp()
+        self.cohort("data", "init", self.store)
+        self.import_fmnist(2000)
+        self.import_fmnist(1000, table="test", split="t10k")
+
+    def test_train_then_eval_then_predict(self):
+        ckpt = os.path.join(self.dir, "m.ckpt")
+        out = self.cohort("train", "--store", self.store, "--table", "train", "--model",
+                          "dense 256 relu, dropout 0.1, dense 10", "--epochs", "3", "--seed",
+                          "4", "--out", ckpt).stdout
+        self.assertIn("epoch   3/3", out)
+        self.assertIn("wrote " + ckpt, out)
+        metrics = json.loads(self.cohort("eval", "--store", self.store, "--table", "test",
+                                         "--checkpoint", ckpt, "--json").stdout)
+        self.assertEqual(metrics["count"], 1000)
+        self.assertGreater(metrics["accuracy"], 0.6)
+        self.assertGreater(metrics["nll"], 0)
+        for key in ("brier", "ece"):
+            self.assertIn(key, metrics)
+        pred = os.path.join(self.dir, "p.npy")
+        self.cohort("predict", "--store", self.store, "--table", "test", "--checkpoint", ckpt,
+                    "--out", pred)
+        p = np.load(pred)
+        self.assertEqual(p.shape, (1000, 10))
+        np.testing.assert_allclose(p.sum(1), 1, atol=1e-4)
+        labels = read_idx(f"{FMNIST}/t10k-labels-idx1-ubyte.gz", 1000)
+        self.assertAlmostEqual((p.argmax(1) == labels).mean(), metrics["accuracy"], places=9)
+
+    def test_member_errors_are_one_line(self):
+        ckpt = os.path.join(self.dir, "m.ckpt")
+        self.fails("train", "--store", self.store, "--table", "train", "--model",
+                   "dense 64 relu, maxpool 2, dense 10", "--member", "m4", "--out", ckpt,
+                   mentions=["member m4", "maxpool 2"])
+        self.fails("train", "--store", self.store, "--table", "nope", "--model", "dense 10",
+                   "--out", ckpt, mentions=["nope"])
+        self.fails("eval", "--store", self.store, "--table", "test", "--checkpoint", ckpt,
+                   mentions=[ckpt])
+        self.assertFalse(os.path.exists(ckpt))
+
+
 if __name__ == "__main__":
     COHORT = os.path.abspath(sys.argv[1])
     SCRATCH = os.path.abspath(sys.argv[2])
