@@ -124,7 +124,8 @@ void AddDeviceOptions(CLI::App* cmd, MemberOptions* o) {
 
 void AddSnapshotOptions(CLI::App* cmd, MemberOptions* o, const char* default_table) {
   cmd->add_option("--store", o->store, "Store directory")->required();
-  cmd->add_option("--table", o->table, "Table")->required()->default_str(default_table);
+  cmd->add_option("--table", o->table, std::string("Table (usually ") + default_table + ")")
+      ->required();
   cmd->add_option("--generation,-g", o->generation, "Generation (default: current)");
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 
@@ -39,7 +40,11 @@ std::string DirOf(const std::string& path) {
 
 Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
                       torch::optim::Optimizer* optimizer) {
-  const std::string tmp = path + ".tmp";
+  // A unique temp name: a retried member may write the same path while a stuck attempt
+  // still runs, and the two must not interleave.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   Status st = GuardTorch("write checkpoint " + path, [&]() -> Status {
     torch::serialize::OutputArchive archive;
     archive.write("meta", c10::IValue(meta.ToJson().dump()));
@@ -88,8 +93,7 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::De
     COHORT_ASSIGN_OR_RETURN(out.spec, ParseModelSpec(out.meta.model, out.meta.member));
     COHORT_RETURN_IF_ERROR(
         InferShapes(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.member).status());
-    out.net = Network(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.input_scale(),
-                      out.meta.standardize);
+    out.net = Network(out.spec, out.meta.input_shape, out.meta.outputs, out.meta.standardize);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     out.net->load(model_archive);
@@ -98,10 +102,11 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::De
   });
 }
 
-Status LoadOptimizerState(const std::string& path, torch::optim::Optimizer& optimizer) {
+Status LoadOptimizerState(const std::string& path, const torch::Device& device,
+                          torch::optim::Optimizer& optimizer) {
   return GuardTorch("read optimizer state from " + path, [&]() -> Status {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, device);
     torch::serialize::InputArchive optimizer_archive;
     if (!archive.try_read("optimizer", optimizer_archive)) {
       return Status::InvalidArgument(path + " holds no optimizer state");

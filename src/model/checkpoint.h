@@ -29,7 +29,10 @@ struct LoadedCheckpoint {
 // Loads the meta and the network onto `device`; also the optimizer state if given one built
 // over that network's parameters (warm start; see LoadOptimizerState).
 Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::Device& device);
-Status LoadOptimizerState(const std::string& path, torch::optim::Optimizer& optimizer);
+// The optimizer's tensors are mapped onto `device` (a checkpoint written on a GPU warm-starts
+// on a CPU and the other way round).
+Status LoadOptimizerState(const std::string& path, const torch::Device& device,
+                          torch::optim::Optimizer& optimizer);
 
 // Parses "cpu", "cuda", "cuda:N"; errors if CUDA is asked for but unavailable.
 Result<torch::Device> ParseDevice(const std::string& text);

@@ -19,7 +19,7 @@ std::vector<uint64_t> AllRows(const store::Table& table) {
 
 struct Applied {
   LoadedCheckpoint member;
-  torch::Tensor outputs;  // probabilities, or raw regression outputs, on the CPU
+  torch::Tensor outputs;  // log-probabilities, or raw regression outputs, on the CPU
   torch::Tensor labels;
 };
 
@@ -33,7 +33,7 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_ASSIGN_OR_RETURN(out.member, LoadCheckpoint(checkpoint, device));
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
-    BatchPipeline pipeline(*table, with_labels, 1024);
+    BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table));
     COHORT_ASSIGN_OR_RETURN(auto run, RunOver(out.member.net, pipeline, AllRows(*table),
                                               out.member.meta, device, with_labels));
     out.outputs = run.first;
@@ -42,21 +42,22 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   });
 }
 
-std::map<std::string, double> ClassificationMetrics(const torch::Tensor& probs,
+std::map<std::string, double> ClassificationMetrics(const torch::Tensor& log_probs,
                                                     const torch::Tensor& labels) {
-  const int64_t n = probs.size(0);
+  const int64_t n = log_probs.size(0);
   std::map<std::string, double> m;
   m["count"] = static_cast<double>(n);
   if (n == 0) return m;
-  torch::Tensor p = probs.to(torch::kDouble);
+  torch::Tensor logp = log_probs.to(torch::kDouble);
+  torch::Tensor p = logp.exp();
   torch::Tensor confidence;
   torch::Tensor predicted;
   std::tie(confidence, predicted) = p.max(1);
   torch::Tensor correct = predicted.eq(labels).to(torch::kDouble);
-  torch::Tensor p_true = p.gather(1, labels.unsqueeze(1)).squeeze(1);
+  torch::Tensor logp_true = logp.gather(1, labels.unsqueeze(1)).squeeze(1);
   torch::Tensor onehot = torch::zeros_like(p).scatter_(1, labels.unsqueeze(1), 1.0);
   m["accuracy"] = correct.mean().item<double>();
-  m["nll"] = -p_true.clamp_min(1e-12).log().mean().item<double>();
+  m["nll"] = -logp_true.mean().item<double>();
   m["brier"] = (p - onehot).pow(2).sum(1).mean().item<double>();
   // Expected calibration error over 15 equal-width confidence bins.
   constexpr int kBins = 15;
@@ -122,23 +123,29 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
                               const DeviceConfig& device) {
   COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false));
   const MemberMeta& meta = a.member.meta;
-  torch::Tensor out = a.outputs;
-  std::vector<int64_t> shape{out.size(0)};
-  if (meta.classification()) {
-    shape.push_back(meta.classes);
-  } else {
-    auto [mean, variance] = RegressionMoments(out, meta);
-    out = torch::stack({mean, variance}, 1);
-    shape.push_back(2);
-    shape.insert(shape.end(), meta.target_shape.begin(), meta.target_shape.end());
-  }
-  out = out.to(torch::kFloat).contiguous();
-  store::HostArray array(store::Dtype::kFloat32, std::vector<uint64_t>(shape.begin(), shape.end()));
-  std::memcpy(array.data.data(), out.data_ptr<float>(), array.data.size());
-  COHORT_RETURN_IF_ERROR(store::WriteNpyFile(out_path, array));
+  store::HostArray array;
   PredictResult result;
-  result.rows = static_cast<uint64_t>(shape[0]);
-  result.shape = shape;
+  COHORT_RETURN_IF_ERROR(GuardTorch("predict " + checkpoint, [&]() -> Status {
+    torch::Tensor out;
+    std::vector<int64_t> shape{a.outputs.size(0)};
+    if (meta.classification()) {
+      out = a.outputs.exp();
+      shape.push_back(meta.classes);
+    } else {
+      auto [mean, variance] = RegressionMoments(a.outputs, meta);
+      out = torch::stack({mean, variance}, 1);
+      shape.push_back(2);
+      shape.insert(shape.end(), meta.target_shape.begin(), meta.target_shape.end());
+    }
+    out = out.to(torch::kFloat).contiguous();
+    array =
+        store::HostArray(store::Dtype::kFloat32, std::vector<uint64_t>(shape.begin(), shape.end()));
+    std::memcpy(array.data.data(), out.data_ptr<float>(), array.data.size());
+    result.rows = static_cast<uint64_t>(shape[0]);
+    result.shape = shape;
+    return Status::OK();
+  }));
+  COHORT_RETURN_IF_ERROR(store::WriteNpyFile(out_path, array));
   result.path = out_path;
   return result;
 }

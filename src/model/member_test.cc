@@ -330,5 +330,44 @@ TEST(MemberTest, ConvolutionalMemberTrains) {
   EXPECT_GT(m->at("accuracy"), 0.6);
 }
 
+TEST(MemberTest, ImageLayersAfterShapePreservingLayersSeeOneChannel) {
+  std::string dir = Scratch("channels");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 0);
+  c.model = "dropout 0.1, layernorm, conv2d 4 3, relu, maxpool 2, dense 10";
+  auto r = Train(*snap, "train", c, dir + "/m.ckpt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->parameters, 2 * 28 * 28 + (1 * 4 * 9 + 4) + (4 * 13 * 13 * 10 + 10));
+}
+
+TEST(MemberTest, BatchnormSkipsASingleSampleLastBatch) {
+  std::string dir = Scratch("batchnorm");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 0);
+  c.model = "dense 32, batchnorm, relu, dense 10";
+  c.validation_fraction = 0.2;  // 4,000 training rows = 43 batches of 93 + 1
+  c.batch_size = 93;
+  auto r = Train(*snap, "train", c, dir + "/m.ckpt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples, 3999u);
+}
+
+TEST(MemberTest, WarmupRisesFromTheFirstStepToTheBaseRate) {
+  std::string dir = Scratch("warmup");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(2, 0);
+  c.batch_size = 1000;  // 5 steps per epoch
+  c.schedule.warmup_epochs = 1;
+  std::vector<double> rates;
+  auto r = Train(
+      *snap, "train", c, dir + "/m.ckpt",
+      [&](const Progress& p) { rates.push_back(p.learning_rate); }, 0.0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(rates.size(), 10u);
+  EXPECT_DOUBLE_EQ(rates[0], 1e-3 / 5);
+  EXPECT_DOUBLE_EQ(rates[4], 1e-3);
+  EXPECT_DOUBLE_EQ(rates[9], 1e-3);
+}
+
 }  // namespace
 }  // namespace cohort::model

@@ -31,8 +31,8 @@ int64_t Product(const std::vector<int64_t>& shape) {
 }  // namespace
 
 NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
-                         int64_t outputs, double input_scale, bool standardize)
-    : input_shape_(input_shape), input_scale_(input_scale), standardize_(standardize) {
+                         int64_t outputs, bool standardize)
+    : input_shape_(input_shape), standardize_(standardize) {
   // Shapes were checked by InferShapes before a Network is built; recompute them here to
   // size each layer.
   auto shapes = InferShapes(spec, input_shape, outputs, "network");
@@ -44,8 +44,13 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
     image_layers = image_layers || l.kind == LayerKind::kConv2d || l.kind == LayerKind::kMaxPool ||
                    l.kind == LayerKind::kAvgPool;
   }
+  // (H, W) images feed 2-D layers as one channel: every layer sees (1, H, W) where the
+  // shape inference, which works on the data's shape, says (H, W).
   add_channel_ = image_layers && input_shape.size() == 2;
-  if (add_channel_) in = {1, input_shape[0], input_shape[1]};
+  auto as_seen = [&](const std::vector<int64_t>& shape) {
+    return add_channel_ && shape.size() == 2 ? std::vector<int64_t>{1, shape[0], shape[1]} : shape;
+  };
+  in = as_seen(in);
 
   for (size_t i = 0; i < spec.layers.size(); i++) {
     const LayerSpec& l = spec.layers[i];
@@ -86,7 +91,7 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
         layers_->push_back(MakeActivation(l.activation));
         break;
     }
-    in = out;
+    in = as_seen(out);
   }
   register_module("layers", layers_);
   mean_ = register_buffer("input_mean", torch::zeros(input_shape));
@@ -96,11 +101,13 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
 void NetworkImpl::SetStandardization(const torch::Tensor& mean, const torch::Tensor& std) {
   torch::NoGradGuard no_grad;
   mean_.copy_(mean.reshape(input_shape_));
-  inv_std_.copy_(std.reshape(input_shape_).clamp_min(1e-6).reciprocal());
+  // A (nearly) constant feature keeps scale 1, as scikit-learn does: dividing by a tiny std
+  // would turn any value unseen in training into a huge input.
+  torch::Tensor s = std.reshape(input_shape_);
+  inv_std_.copy_(torch::where(s < 1e-3, torch::ones_like(s), s.reciprocal()));
 }
 
 torch::Tensor NetworkImpl::forward(torch::Tensor x) {
-  if (input_scale_ != 1.0) x = x * input_scale_;
   if (standardize_) x = (x - mean_) * inv_std_;
   if (add_channel_) x = x.unsqueeze(1);
   return layers_->forward(x);

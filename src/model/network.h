@@ -1,10 +1,10 @@
 // Network: a ModelSpec turned into a libtorch module (internal to src/model).
 //
-// The module owns its input preprocessing so a checkpoint carries it: uint8 features are
-// scaled to [0, 1], then optionally standardised with a per-feature mean and inverse
-// standard deviation (buffers, saved with the weights). forward() takes a float batch of
-// shape (B, *input_shape) and returns (B, outputs) raw outputs (logits, or mean and raw
-// variance for the Gaussian head).
+// The module owns the optional standardisation of its inputs so a checkpoint carries it: a
+// per-feature mean and inverse standard deviation (buffers, saved with the weights).
+// forward() takes a float batch of shape (B, *input_shape), already scaled to [0, 1] for
+// uint8 data (BatchTensors does that), and returns (B, outputs) raw outputs (logits, or mean
+// and raw variance for the Gaussian head).
 //
 // Thread-safety: a torch module; one thread at a time.
 #pragma once
@@ -20,7 +20,7 @@ namespace cohort::model {
 class NetworkImpl : public torch::nn::Module {
  public:
   NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& input_shape, int64_t outputs,
-              double input_scale, bool standardize);
+              bool standardize);
   torch::Tensor forward(torch::Tensor x);
 
   // Sets the standardisation statistics (shape = input_shape).
@@ -30,7 +30,6 @@ class NetworkImpl : public torch::nn::Module {
   torch::nn::Sequential layers_{nullptr};
   std::vector<int64_t> input_shape_;
   bool add_channel_ = false;  // (H, W) images feed conv/pool layers as (1, H, W)
-  double input_scale_ = 1.0;
   bool standardize_ = false;  // without it the buffers stay 0 and 1 and are skipped
   torch::Tensor mean_;        // buffer, input_shape
   torch::Tensor inv_std_;     // buffer, input_shape

@@ -1,5 +1,7 @@
 #include "model/tensors.h"
 
+#include <algorithm>
+
 namespace cohort::model {
 
 namespace {
@@ -17,7 +19,8 @@ std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch&
   torch::Tensor x;
   if (meta.feature_dtype == "uint8") {
     x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kUInt8)
-            .to(device, torch::kFloat);
+            .to(device, torch::kFloat)
+            .mul_(meta.input_scale());
   } else {
     x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kFloat);
     if (device != torch::kCPU) x = x.to(device);
@@ -57,37 +60,38 @@ torch::Tensor LossFn::operator()(const torch::Tensor& output, const torch::Tenso
   return (0.5 * (variance.log() + (target - mean).pow(2) / variance)).mean();
 }
 
-std::pair<torch::Tensor, torch::Tensor> FeatureMoments(const store::Table& table,
-                                                       const std::vector<uint64_t>& rows,
-                                                       double scale) {
+int64_t PassBatchRows(const store::Table& table) {
+  const size_t row_bytes = std::max<size_t>(table.schema().feature_row_bytes(), 1);
+  return std::clamp<int64_t>(static_cast<int64_t>((64u << 20) / row_bytes), 1, 1024);
+}
+
+Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Table& table,
+                                                               const std::vector<uint64_t>& rows,
+                                                               const MemberMeta& meta) {
   torch::NoGradGuard no_grad;
-  const auto& schema = table.schema();
-  std::vector<int64_t> shape(schema.feature_shape.begin(), schema.feature_shape.end());
-  BatchPipeline pipeline(table, /*with_labels=*/false, 4096);
+  BatchPipeline pipeline(table, /*with_labels=*/false, PassBatchRows(table));
   pipeline.Start(rows);
-  torch::Tensor sum = torch::zeros(shape, torch::kDouble);
-  torch::Tensor sum_sq = torch::zeros(shape, torch::kDouble);
-  MemberMeta meta;
-  meta.feature_dtype = store::DtypeName(schema.feature_dtype);
-  meta.input_shape = shape;
+  torch::Tensor sum = torch::zeros(meta.input_shape, torch::kDouble);
+  torch::Tensor sum_sq = torch::zeros(meta.input_shape, torch::kDouble);
   for (;;) {
-    auto batch = pipeline.Next();
-    if (!batch.ok() || !*batch) break;
-    torch::Tensor x = BatchTensors(**batch, meta, torch::kCPU).first.to(torch::kDouble) * scale;
+    COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
+    if (!batch) break;
+    torch::Tensor x = BatchTensors(*batch, meta, torch::kCPU).first.to(torch::kDouble);
     sum += x.sum(0);
     sum_sq += (x * x).sum(0);
   }
   const double n = std::max<double>(static_cast<double>(rows.size()), 1.0);
   torch::Tensor mean = sum / n;
   torch::Tensor var = (sum_sq / n - mean * mean).clamp_min(0);
-  return {mean.to(torch::kFloat), var.sqrt().to(torch::kFloat)};
+  return std::make_pair(mean.to(torch::kFloat), var.sqrt().to(torch::kFloat));
 }
 
 Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipeline& pipeline,
                                                         const std::vector<uint64_t>& rows,
                                                         const MemberMeta& meta,
                                                         const torch::Device& device,
-                                                        bool with_labels) {
+                                                        bool with_labels,
+                                                        const std::atomic<bool>* cancel) {
   torch::NoGradGuard no_grad;
   net->eval();
   pipeline.Start(rows);
@@ -96,9 +100,10 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipel
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
     if (!batch) break;
+    if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
     auto [x, y] = BatchTensors(*batch, meta, device);
     torch::Tensor out = net->forward(x);
-    if (meta.classification()) out = torch::softmax(out, 1);
+    if (meta.classification()) out = torch::log_softmax(out, 1);
     outputs.push_back(out.to(torch::kCPU));
     // The pipeline reuses its buffers: keep a copy of the labels.
     if (with_labels && y.defined()) labels.push_back(y.to(torch::kCPU).clone());
@@ -108,11 +113,9 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipel
   return std::make_pair(all_out, all_labels);
 }
 
-Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& loss,
-                                                 BatchPipeline& pipeline,
-                                                 const std::vector<uint64_t>& rows,
-                                                 const MemberMeta& meta,
-                                                 const torch::Device& device) {
+Result<std::pair<double, double>> ValidationLoss(
+    Network& net, const LossFn& loss, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
+    const MemberMeta& meta, const torch::Device& device, const std::atomic<bool>* cancel) {
   torch::NoGradGuard no_grad;
   net->eval();
   pipeline.Start(rows);
@@ -122,6 +125,7 @@ Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& los
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
     if (!batch) break;
+    if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
     auto [x, y] = BatchTensors(*batch, meta, device);
     torch::Tensor out = net->forward(x);
     loss_sum += loss(out, y).item<double>() * static_cast<double>(batch->size);
@@ -136,7 +140,7 @@ Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& los
 Result<std::vector<double>> ResidualVariance(Network& net, const store::Table& table,
                                              const std::vector<uint64_t>& rows,
                                              const MemberMeta& meta, const torch::Device& device) {
-  BatchPipeline pipeline(table, /*with_labels=*/true, 1024);
+  BatchPipeline pipeline(table, /*with_labels=*/true, PassBatchRows(table));
   COHORT_ASSIGN_OR_RETURN(auto run, RunOver(net, pipeline, rows, meta, device, true));
   torch::Tensor residual = run.second - run.first;
   torch::Tensor var = residual.pow(2).mean(0).to(torch::kDouble).clamp_min(1e-12);

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -17,9 +18,10 @@
 
 namespace cohort::model {
 
-// A gathered batch as (x, y) on `device`: x float (B, *input_shape), unscaled (the network
-// scales); y int64 (B) for classes, float (B, target_size) for regression, undefined when the
-// batch has no labels. uint8 features are converted; float32 ones are used in place.
+// A gathered batch as (x, y) on `device`: x float (B, *input_shape), uint8 features
+// converted and scaled to [0, 1] (one conversion and one in-place multiply), float32 ones
+// used in place; y int64 (B) for classes, float (B, target_size) for regression, undefined
+// when the batch has no labels.
 std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
                                                      const MemberMeta& meta,
                                                      const torch::Device& device);
@@ -39,26 +41,30 @@ class LossFn {
 // The Gaussian head's mean and variance from raw outputs (B, 2 * targets).
 std::pair<torch::Tensor, torch::Tensor> GaussianHead(const torch::Tensor& output, int64_t targets);
 
+// Rows per batch for passes that are not training (evaluation, prediction, statistics):
+// up to 1024, fewer for large samples so a batch buffer stays within 64 MiB.
+int64_t PassBatchRows(const store::Table& table);
+
 // Per-feature mean and standard deviation (shape input_shape) of `rows`, after scaling.
-std::pair<torch::Tensor, torch::Tensor> FeatureMoments(const store::Table& table,
-                                                       const std::vector<uint64_t>& rows,
-                                                       double scale);
+Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Table& table,
+                                                               const std::vector<uint64_t>& rows,
+                                                               const MemberMeta& meta);
 
 // Runs the network in evaluation mode over `rows` of `pipeline`'s table and returns the
-// concatenated outputs on the CPU: probabilities (n, classes) for classification, raw
-// outputs (n, outputs) otherwise; plus the labels (n,) / (n, targets) when `with_labels`.
+// concatenated outputs on the CPU: log-probabilities (n, classes) for classification (exact
+// NLL even for confident mistakes), raw outputs (n, outputs) otherwise; plus the labels
+// (n,) / (n, targets) when `with_labels`. Aborted when `cancel` is set.
 Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipeline& pipeline,
                                                         const std::vector<uint64_t>& rows,
                                                         const MemberMeta& meta,
                                                         const torch::Device& device,
-                                                        bool with_labels);
+                                                        bool with_labels,
+                                                        const std::atomic<bool>* cancel = nullptr);
 
 // Mean loss and (classification) accuracy of `net` on `rows`.
-Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& loss,
-                                                 BatchPipeline& pipeline,
-                                                 const std::vector<uint64_t>& rows,
-                                                 const MemberMeta& meta,
-                                                 const torch::Device& device);
+Result<std::pair<double, double>> ValidationLoss(
+    Network& net, const LossFn& loss, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
+    const MemberMeta& meta, const torch::Device& device, const std::atomic<bool>* cancel);
 
 // Per-target variance of the residuals y - f(x) over `rows` (the MSE member's noise level).
 Result<std::vector<double>> ResidualVariance(Network& net, const store::Table& table,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <sstream>
 
 #include "model/batch_pipeline.h"
 #include "model/checkpoint.h"
@@ -144,21 +145,22 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
                                      "holding out the validation fraction");
     }
 
-    Network net(spec, meta.input_shape, meta.outputs, meta.input_scale(), meta.standardize);
+    Network net(spec, meta.input_shape, meta.outputs, meta.standardize);
     if (config.standardize) {
-      auto [mean, std] = FeatureMoments(*table, train_rows, meta.input_scale());
-      net->SetStandardization(mean, std);
+      COHORT_ASSIGN_OR_RETURN(auto moments, FeatureMoments(*table, train_rows, meta));
+      net->SetStandardization(moments.first, moments.second);
     }
     if (!config.warm_start_from.empty()) {
       COHORT_ASSIGN_OR_RETURN(LoadedCheckpoint previous,
                               LoadCheckpoint(config.warm_start_from, torch::kCPU));
       if (previous.meta.model != meta.model || previous.meta.input_shape != meta.input_shape ||
+          previous.meta.feature_dtype != meta.feature_dtype ||
           previous.meta.outputs != meta.outputs || previous.meta.loss != meta.loss ||
           previous.meta.standardize != meta.standardize) {
         return Status::InvalidArgument("member " + config.member + ": cannot warm start from " +
                                        config.warm_start_from + ": it holds model '" +
                                        previous.meta.model +
-                                       "' (its spec, shapes, loss or standardisation differ)");
+                                       "' (its spec, features, loss or standardisation differ)");
       }
       torch::NoGradGuard no_grad;
       auto src = previous.net->named_parameters();
@@ -173,24 +175,50 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
     net->to(device);
     auto optimizer = MakeOptimizer(config.optimizer, net->parameters());
     if (!config.warm_start_from.empty()) {
-      COHORT_RETURN_IF_ERROR(LoadOptimizerState(config.warm_start_from, *optimizer));
+      COHORT_RETURN_IF_ERROR(LoadOptimizerState(config.warm_start_from, device, *optimizer));
     }
 
     TrainResult result;
     for (const auto& p : net->parameters()) result.parameters += p.numel();
     LossFn loss_fn(meta, config.label_smoothing);
     BatchPipeline pipeline(*table, /*with_labels=*/true, config.batch_size);
-    BatchPipeline val_pipeline(*table, /*with_labels=*/true, 1024);
-    const int64_t steps =
-        static_cast<int64_t>((train_rows.size() + config.batch_size - 1) / config.batch_size);
+    std::unique_ptr<BatchPipeline> val_pipeline;
+    if (!val_rows.empty()) {
+      val_pipeline =
+          std::make_unique<BatchPipeline>(*table, /*with_labels=*/true, PassBatchRows(*table));
+    }
+    // Batch normalisation cannot train on a batch of one sample: such a last batch is skipped.
+    bool has_batchnorm = false;
+    for (const auto& l : spec.layers) has_batchnorm |= l.kind == LayerKind::kBatchNorm;
+    const auto batch_size = static_cast<uint64_t>(config.batch_size);
+    int64_t steps = static_cast<int64_t>((train_rows.size() + batch_size - 1) / batch_size);
+    if (has_batchnorm && steps > 1 && train_rows.size() % batch_size == 1) steps--;
+    // On a GPU, reading the loss every step would wait for the device: the loss is summed on
+    // the device and read (and checked for NaN) when progress is reported and per epoch.
+    const bool read_loss_each_step = device.is_cpu();
     double best_val = INFINITY;
     int64_t since_best = 0;
+    // The best epoch's weights and optimizer state, kept together so a warm start from this
+    // checkpoint continues from a consistent point.
     std::vector<torch::Tensor> best_state;
-    auto state = [&] {
-      std::vector<torch::Tensor> s;
-      for (const auto& p : net->parameters()) s.push_back(p.detach().clone());
-      for (const auto& b : net->buffers()) s.push_back(b.detach().clone());
-      return s;
+    std::string best_optimizer;
+    auto keep_best = [&] {
+      best_state.clear();
+      for (const auto& p : net->parameters()) best_state.push_back(p.detach().clone());
+      for (const auto& b : net->buffers()) best_state.push_back(b.detach().clone());
+      torch::serialize::OutputArchive archive;
+      optimizer->save(archive);
+      std::ostringstream out;
+      archive.save_to(out);
+      best_optimizer = out.str();
+    };
+    auto cancelled = [&] { return cancel != nullptr && cancel->load(); };
+    auto check_finite = [&](double value, int64_t epoch, int64_t step) -> Status {
+      if (std::isfinite(value)) return Status::OK();
+      return Status::InvalidArgument(
+          "member " + config.member + ": loss became " + std::to_string(value) + " at epoch " +
+          std::to_string(epoch) + (read_loss_each_step ? " step " : " by step ") +
+          std::to_string(step) + " (lower the learning rate or clip gradients)");
     };
 
     const auto run_start = Clock::now();
@@ -200,18 +228,19 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
       net->train();
       pipeline.Start(Shuffled(train_rows, rng));
       double loss_sum = 0;
+      torch::Tensor device_loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
       int64_t seen = 0;
       double lr = 0;
       for (int64_t step = 1;; step++) {
         auto t0 = Clock::now();
         COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
         if (!batch) break;
-        if (cancel != nullptr && cancel->load()) {
-          return Status::Aborted("member " + config.member + ": cancelled");
-        }
+        if (cancelled()) return Status::Aborted("member " + config.member + ": cancelled");
+        if (step > steps) continue;  // the single-sample batch batchnorm cannot use
         auto [x, y] = BatchTensors(*batch, meta, device);
+        // Warm-up reaches the base rate at the end of its last step.
         lr = LearningRate(config, static_cast<double>(epoch - 1) +
-                                      static_cast<double>(step - 1) / static_cast<double>(steps));
+                                      static_cast<double>(step) / static_cast<double>(steps));
         for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
         auto t1 = Clock::now();
         torch::Tensor loss = loss_fn(net->forward(x), y);
@@ -223,26 +252,34 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
           torch::nn::utils::clip_grad_norm_(net->parameters(), config.grad_clip_norm);
         }
         optimizer->step();
-        const double value = loss.item<double>();
+        if (read_loss_each_step) {
+          const double value = loss.item<double>();
+          COHORT_RETURN_IF_ERROR(check_finite(value, epoch, step));
+          loss_sum += value * static_cast<double>(batch->size);
+        } else {
+          device_loss_sum += loss.detach() * static_cast<double>(batch->size);
+        }
         auto t4 = Clock::now();
         result.step_times.data += Seconds(t0, t1);
         result.step_times.forward += Seconds(t1, t2);
         result.step_times.backward += Seconds(t2, t3);
         result.step_times.optimizer += Seconds(t3, t4);
-        if (!std::isfinite(value)) {
-          return Status::InvalidArgument("member " + config.member + ": loss became " +
-                                         std::to_string(value) + " at epoch " +
-                                         std::to_string(epoch) + " step " + std::to_string(step) +
-                                         " (lower the learning rate or clip gradients)");
-        }
-        loss_sum += value * static_cast<double>(batch->size);
         seen += batch->size;
-        if (progress && (Seconds(last_report, t4) >= progress_interval_s || step == steps)) {
+        const bool report = Seconds(last_report, t4) >= progress_interval_s || step == steps;
+        if (report && !read_loss_each_step) {
+          loss_sum = device_loss_sum.item<double>();
+          COHORT_RETURN_IF_ERROR(check_finite(loss_sum, epoch, step));
+        }
+        if (progress && report) {
           last_report = t4;
           double elapsed = Seconds(epoch_start, t4);
           progress({epoch, config.epochs, step, steps, loss_sum / static_cast<double>(seen),
                     elapsed > 0 ? static_cast<double>(seen) / elapsed : 0.0, lr});
         }
+      }
+      if (!read_loss_each_step) {
+        loss_sum = device_loss_sum.item<double>();
+        COHORT_RETURN_IF_ERROR(check_finite(loss_sum, epoch, steps));
       }
       result.samples += static_cast<uint64_t>(seen);
       EpochMetrics m;
@@ -250,15 +287,15 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
       m.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(seen, 1));
       m.learning_rate = lr;
       if (!val_rows.empty()) {
-        COHORT_ASSIGN_OR_RETURN(auto val,
-                                ValidationLoss(net, loss_fn, val_pipeline, val_rows, meta, device));
+        COHORT_ASSIGN_OR_RETURN(
+            auto val, ValidationLoss(net, loss_fn, *val_pipeline, val_rows, meta, device, cancel));
         m.val_loss = val.first;
         if (meta.classification()) m.val_accuracy = val.second;
         if (val.first < best_val) {
           best_val = val.first;
           since_best = 0;
           result.best_epoch = epoch;
-          best_state = state();
+          keep_best();
         } else {
           since_best++;
         }
@@ -278,6 +315,10 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
       size_t i = 0;
       for (auto& p : net->parameters()) p.copy_(best_state[i++]);
       for (auto& b : net->buffers()) b.copy_(best_state[i++]);
+      std::istringstream in(best_optimizer);
+      torch::serialize::InputArchive archive;
+      archive.load_from(in, device);
+      optimizer->load(archive);
     }
     if (meta.loss == "mse") {
       COHORT_ASSIGN_OR_RETURN(meta.residual_variance,
@@ -291,7 +332,8 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
                      {"epochs", result.epochs.size()},
                      {"best_epoch", result.best_epoch},
                      {"seed", config.seed},
-                     {"final_train_loss", result.epochs.back().train_loss}};
+                     {"best_epoch_train_loss", result.epochs[result.best_epoch - 1].train_loss}};
+    if (cancelled()) return Status::Aborted("member " + config.member + ": cancelled");
     net->to(torch::kCPU);
     COHORT_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path, meta, net, optimizer.get()));
     result.checkpoint = checkpoint_path;
