@@ -18,8 +18,10 @@ std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch&
   auto* features = const_cast<std::byte*>(batch.features);  // from_blob wants void*; not written
   torch::Tensor x;
   if (meta.feature_dtype == "uint8") {
+    // Bytes cross to a GPU as bytes (a quarter of the floats) and are converted there.
     x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kUInt8)
-            .to(device, torch::kFloat)
+            .to(device)
+            .to(torch::kFloat)
             .mul_(meta.input_scale());
   } else {
     x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kFloat);
