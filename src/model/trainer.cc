@@ -48,7 +48,7 @@ void SetThreads(int threads) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& c,
-                                                       std::vector<torch::Tensor> params) {
+                                                       const std::vector<torch::Tensor>& params) {
   if (c.name == "adam") {
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.learning_rate)
                                                             .betas({c.beta1, c.beta2})

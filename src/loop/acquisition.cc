@@ -1,0 +1,269 @@
+#include "loop/acquisition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace cohort::loop {
+namespace {
+
+enum class Strategy { kRandom, kEntropy, kMargin, kLeastConfident, kVariance, kBald, kVoteEntropy };
+
+struct NamedStrategy {
+  const char* name;
+  Strategy strategy;
+  bool needs_several_members;
+};
+
+constexpr NamedStrategy kStrategies[] = {
+    {"random", Strategy::kRandom, false},
+    {"entropy", Strategy::kEntropy, false},
+    {"margin", Strategy::kMargin, false},
+    {"least_confident", Strategy::kLeastConfident, false},
+    {"variance", Strategy::kVariance, true},
+    {"bald", Strategy::kBald, true},
+    {"vote_entropy", Strategy::kVoteEntropy, true},
+};
+
+const NamedStrategy* FindStrategy(const std::string& name) {
+  for (const NamedStrategy& s : kStrategies) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+Result<Strategy> ParseStrategy(const std::string& name) {
+  if (const NamedStrategy* s = FindStrategy(name)) return s->strategy;
+  std::string valid;
+  for (const NamedStrategy& s : kStrategies) {
+    if (!valid.empty()) valid += ", ";
+    valid += s.name;
+  }
+  return Status::InvalidArgument("unknown acquisition strategy '" + name + "' (valid: " + valid +
+                                 ")");
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): a fixed integer recipe, so the same seed gives the
+// same stream on every platform and standard library.
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// -sum p log p over n values, with 0 log 0 = 0.
+double Entropy(const double* p, int64_t n) {
+  double h = 0;
+  for (int64_t c = 0; c < n; c++) {
+    if (p[c] > 0) h -= p[c] * std::log(p[c]);
+  }
+  return h;
+}
+
+std::string Where(int64_t member, int64_t sample) {
+  return "member " + std::to_string(member) + " sample " + std::to_string(sample);
+}
+
+}  // namespace
+
+Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& data, int64_t members,
+                                                    int64_t samples, int64_t classes) {
+  if (members < 0 || samples < 0 || classes < 0) {
+    return Status::InvalidArgument("negative prediction shape (" + std::to_string(members) + ", " +
+                                   std::to_string(samples) + ", " + std::to_string(classes) + ")");
+  }
+  // Refuse shapes whose element count overflows int64.
+  const auto max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t n = static_cast<uint64_t>(members);
+  for (int64_t d : {samples, classes}) {
+    if (d != 0 && n > max / static_cast<uint64_t>(d)) {
+      return Status::InvalidArgument("prediction shape overflows");
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  if (n != data.size()) {
+    return Status::InvalidArgument("predictions hold " + std::to_string(data.size()) +
+                                   " values, shape (" + std::to_string(members) + ", " +
+                                   std::to_string(samples) + ", " + std::to_string(classes) +
+                                   ") needs " + std::to_string(n));
+  }
+  EnsemblePredictions p;
+  p.members = members;
+  p.samples = samples;
+  p.classes = classes;
+  p.data = data.data();
+  return p;
+}
+
+Status ValidatePredictions(const EnsemblePredictions& predictions) {
+  const EnsemblePredictions& p = predictions;
+  if (p.members < 1) return Status::InvalidArgument("predictions have no members");
+  if (p.classes < 2) {
+    return Status::InvalidArgument("predictions have " + std::to_string(p.classes) +
+                                   " classes, need at least 2");
+  }
+  if (p.samples < 0) {
+    return Status::InvalidArgument("predictions have " + std::to_string(p.samples) + " samples");
+  }
+  if (p.samples > 0 && p.data == nullptr) {
+    return Status::InvalidArgument("predictions have no data");
+  }
+  for (int64_t m = 0; m < p.members; m++) {
+    for (int64_t i = 0; i < p.samples; i++) {
+      const float* row = p.row(m, i);
+      double sum = 0;
+      for (int64_t c = 0; c < p.classes; c++) {
+        const float v = row[c];
+        if (!std::isfinite(v) || v < 0) {
+          return Status::InvalidArgument(Where(m, i) + ": probability of class " +
+                                         std::to_string(c) + " is " + std::to_string(v));
+        }
+        sum += v;
+      }
+      if (std::abs(sum - 1.0) > kProbabilitySumTolerance) {
+        return Status::InvalidArgument(Where(m, i) + ": probabilities sum to " +
+                                       std::to_string(sum) + ", not 1");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+const std::vector<std::string>& AcquisitionStrategies() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const NamedStrategy& s : kStrategies) v.emplace_back(s.name);
+    return v;
+  }();
+  return names;
+}
+
+bool StrategyNeedsSeveralMembers(const std::string& strategy) {
+  const NamedStrategy* s = FindStrategy(strategy);
+  return s != nullptr && s->needs_several_members;
+}
+
+Result<std::vector<double>> ScoreSamples(const std::string& strategy,
+                                         const EnsemblePredictions& predictions) {
+  COHORT_ASSIGN_OR_RETURN(Strategy which, ParseStrategy(strategy));
+  COHORT_RETURN_IF_ERROR(ValidatePredictions(predictions));
+  const EnsemblePredictions& p = predictions;
+  const int64_t M = p.members;
+  const int64_t C = p.classes;
+  const double inv_m = 1.0 / static_cast<double>(M);
+  std::vector<double> scores(static_cast<size_t>(p.samples), 0.0);
+  if (which == Strategy::kRandom) return scores;
+
+  std::vector<double> mean(static_cast<size_t>(C));
+  std::vector<double> member(static_cast<size_t>(C));
+  std::vector<int64_t> votes(static_cast<size_t>(C));
+  for (int64_t i = 0; i < p.samples; i++) {
+    // Mean probability, summed in member order in double so the result is reproducible.
+    std::fill(mean.begin(), mean.end(), 0.0);
+    for (int64_t m = 0; m < M; m++) {
+      const float* row = p.row(m, i);
+      for (int64_t c = 0; c < C; c++) mean[c] += row[c];
+    }
+    for (int64_t c = 0; c < C; c++) mean[c] *= inv_m;
+
+    double score = 0;
+    switch (which) {
+      case Strategy::kRandom:
+        break;
+      case Strategy::kEntropy:
+        score = Entropy(mean.data(), C);
+        break;
+      case Strategy::kLeastConfident:
+        score = 1.0 - *std::max_element(mean.begin(), mean.end());
+        break;
+      case Strategy::kMargin: {
+        double top1 = -1;
+        double top2 = -1;
+        for (double v : mean) {
+          if (v > top1) {
+            top2 = top1;
+            top1 = v;
+          } else if (v > top2) {
+            top2 = v;
+          }
+        }
+        score = top2 - top1;  // -(margin): a smaller margin scores higher
+        break;
+      }
+      case Strategy::kVariance: {
+        // Population variance across members (divide by M), averaged over classes.
+        double total = 0;
+        for (int64_t c = 0; c < C; c++) {
+          double ss = 0;
+          for (int64_t m = 0; m < M; m++) {
+            const double d = p.row(m, i)[c] - mean[c];
+            ss += d * d;
+          }
+          total += ss * inv_m;
+        }
+        score = total / static_cast<double>(C);
+        break;
+      }
+      case Strategy::kBald: {
+        double member_entropy = 0;
+        for (int64_t m = 0; m < M; m++) {
+          const float* row = p.row(m, i);
+          for (int64_t c = 0; c < C; c++) member[c] = row[c];
+          member_entropy += Entropy(member.data(), C);
+        }
+        // Non-negative by concavity of entropy; clamp away rounding noise.
+        score = std::max(0.0, Entropy(mean.data(), C) - member_entropy * inv_m);
+        break;
+      }
+      case Strategy::kVoteEntropy: {
+        std::fill(votes.begin(), votes.end(), 0);
+        for (int64_t m = 0; m < M; m++) {
+          const float* row = p.row(m, i);
+          votes[std::max_element(row, row + C) - row]++;  // first maximum wins
+        }
+        for (int64_t c = 0; c < C; c++) member[c] = static_cast<double>(votes[c]) * inv_m;
+        score = Entropy(member.data(), C);
+        break;
+      }
+    }
+    scores[i] = score;
+  }
+  return scores;
+}
+
+Result<std::vector<int64_t>> Acquire(const std::string& strategy,
+                                     const EnsemblePredictions& predictions, int64_t k,
+                                     uint64_t seed, std::vector<double>* scores_out) {
+  COHORT_RETURN_IF_ERROR(ParseStrategy(strategy).status());
+  if (k < 0) return Status::InvalidArgument("cannot acquire " + std::to_string(k) + " samples");
+  if (k > predictions.samples) {
+    return Status::InvalidArgument("cannot acquire " + std::to_string(k) +
+                                   " samples from a pool of " +
+                                   std::to_string(predictions.samples));
+  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<double> scores, ScoreSamples(strategy, predictions));
+  const int64_t n = predictions.samples;
+
+  // One pseudo-random key per sample, in sample order; ties in score go to the smaller key,
+  // and (practically never) equal keys to the smaller index. The order is total, so the
+  // selection and its order do not depend on how nth_element or sort are implemented.
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  uint64_t state = seed;
+  for (uint64_t& key : keys) key = SplitMix64(&state);
+  auto better = [&](int64_t a, int64_t b) {
+    if (scores[a] != scores[b]) return scores[a] > scores[b];
+    if (keys[a] != keys[b]) return keys[a] < keys[b];
+    return a < b;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), better);
+  std::sort(order.begin(), order.begin() + k, better);
+  order.resize(static_cast<size_t>(k));
+  if (scores_out != nullptr) *scores_out = std::move(scores);
+  return order;
+}
+
+}  // namespace cohort::loop

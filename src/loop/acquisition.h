@@ -1,0 +1,73 @@
+// Acquisition: scoring an unlabelled pool with the ensemble's predictions and picking the k
+// samples most worth labelling next.
+//
+// The input is a read-only view of the members' class probabilities for the pool, laid out
+// [member][sample][class] in C order (each member's `cohort predict` output, float32
+// (n, classes), stacked). A strategy turns every sample into one score, higher meaning more
+// useful to label; Acquire returns the indices of the k best samples, best first. Samples
+// with exactly equal scores (compared in double) are ordered by a seeded pseudo-random key,
+// so a selection depends only on the inputs and the seed, identically on every platform.
+// docs/acquisition.md gives every strategy's formula.
+//
+// Thread-safety: pure functions over caller-owned memory; the view must stay valid (and
+// unchanged) for the duration of a call. Concurrent calls are safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace cohort::loop {
+
+// The members' class probabilities for one table: data[(m * samples + i) * classes + c] is
+// member m's probability of class c for sample i. A view: it owns nothing.
+struct EnsemblePredictions {
+  int64_t members = 0;
+  int64_t samples = 0;
+  int64_t classes = 0;
+  const float* data = nullptr;
+
+  const float* row(int64_t member, int64_t sample) const {
+    return data + (member * samples + sample) * classes;
+  }
+};
+
+// A view over `data`, which must hold exactly members * samples * classes values and outlive
+// the view. Checks the shape only; ValidatePredictions checks the values.
+Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& data, int64_t members,
+                                                    int64_t samples, int64_t classes);
+
+// Rows each summing to 1 within this tolerance are accepted as probability vectors.
+inline constexpr double kProbabilitySumTolerance = 1e-3;
+
+// OK when members >= 1, classes >= 2, samples >= 0, data is set (unless empty), and every
+// value is finite and non-negative with every row summing to 1 within
+// kProbabilitySumTolerance; otherwise an InvalidArgument naming the member and sample.
+Status ValidatePredictions(const EnsemblePredictions& predictions);
+
+// The strategy names Acquire accepts: random, entropy, margin, least_confident, variance,
+// bald, vote_entropy.
+const std::vector<std::string>& AcquisitionStrategies();
+
+// True for strategies whose scores are identically zero with a single member (variance,
+// bald, vote_entropy): they measure disagreement between members.
+bool StrategyNeedsSeveralMembers(const std::string& strategy);
+
+// One score per sample, higher = more useful to label (all zeros for `random`). Validates the
+// predictions first. Natural logarithms; 0 log 0 = 0.
+Result<std::vector<double>> ScoreSamples(const std::string& strategy,
+                                         const EnsemblePredictions& predictions);
+
+// The k most useful distinct sample indices, most useful first, by `strategy`. Ties in score
+// are broken by a pseudo-random key per sample drawn from `seed` (splitmix64), so `random`
+// (all scores equal) is a seeded uniform sample without replacement in random order. If
+// scores_out is set it receives every sample's score (size `samples`).
+// Errors: unknown strategy (the message lists the valid names), k < 0 or k > samples (both
+// numbers named), invalid predictions (see ValidatePredictions).
+Result<std::vector<int64_t>> Acquire(const std::string& strategy,
+                                     const EnsemblePredictions& predictions, int64_t k,
+                                     uint64_t seed, std::vector<double>* scores_out = nullptr);
+
+}  // namespace cohort::loop
