@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "common/status.h"
 #include "store/env.h"
 #include "store/manifest.h"
@@ -42,10 +43,10 @@
 #error "STORE_CRASH_CHILD_PATH must name the store_crash_child executable"
 #endif
 
-extern char** environ;
-
 namespace cohort::store {
 namespace {
+
+using ::cohort::testing::ChildProcess;
 
 namespace fs = std::filesystem;
 
@@ -94,69 +95,10 @@ std::string Describe(const SnapshotChecksums& sums) {
   return out.str();
 }
 
-// The writer: store_crash_child with its stdout on a pipe.
-class WriterProcess {
- public:
-  ~WriterProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    if (stdout_fd_ >= 0) ::close(stdout_fd_);
-  }
-
-  Status Start(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    std::vector<char*> argv;
-    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (rc != 0) {
-      ::close(fds[0]);
-      pid_ = -1;
-      return Status::FromErrno("spawn " + args[0], rc);
-    }
-    stdout_fd_ = fds[0];
-    return Status::OK();
-  }
-
-  // The wait status once the writer has ended; nullopt while it runs.
-  std::optional<int> Poll() {
-    int status = 0;
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r != pid_) return std::nullopt;
-    pid_ = -1;
-    return status;
-  }
-
-  std::string ReadOutput() {
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-};
-
 // Runs the writer to its end, `count` generations from `start`, without fsync.
 void PrepareStore(const std::string& store, uint64_t count) {
   ASSERT_TRUE(InitStore(store).ok());
-  WriterProcess writer;
+  ChildProcess writer;
   ASSERT_TRUE(
       writer.Start({STORE_CRASH_CHILD_PATH, "--no-sync", store, "0", std::to_string(count)}).ok());
   std::string output = writer.ReadOutput();
@@ -194,7 +136,7 @@ TEST_F(StoreConcurrentTest, HeldSnapshotNeverChangesWhileAnotherProcessCommits) 
   const SnapshotChecksums expected = Checksums(**held);
   ASSERT_EQ(expected.size(), 2u) << Describe(expected);
 
-  WriterProcess writer;
+  ChildProcess writer;
   ASSERT_TRUE(writer
                   .Start({STORE_CRASH_CHILD_PATH, store, std::to_string(held_generation),
                           std::to_string(kWriterGenerations)})

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "common/status.h"
 #include "store/env.h"
 #include "store/fault_env.h"
@@ -54,10 +55,10 @@
 #error "STORE_CRASH_CHILD_PATH must name the store_crash_child executable"
 #endif
 
-extern char** environ;
-
 namespace cohort::store {
 namespace {
+
+using ::cohort::testing::ChildProcess;
 
 namespace fs = std::filesystem;
 
@@ -768,70 +769,6 @@ TEST_F(StoreCrashTest, CommitLeavesNoUnreferencedSegments) {
 
 // ---------------------------------------------------------------------------------------
 // A real writer process killed with SIGKILL.
-
-// A child process with its stdout connected to a pipe.
-class ChildProcess {
- public:
-  ChildProcess() = default;
-  ~ChildProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      (void)Wait();
-    }
-    if (stdout_fd_ >= 0) ::close(stdout_fd_);
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-
-  Status Start(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    std::vector<char*> argv;
-    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (rc != 0) {
-      ::close(fds[0]);
-      pid_ = -1;
-      return Status::FromErrno("spawn " + args[0], rc);
-    }
-    stdout_fd_ = fds[0];
-    return Status::OK();
-  }
-
-  void Kill() { ::kill(pid_, SIGKILL); }
-
-  // Waits for the child to end; returns its wait status.
-  int Wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return status;
-  }
-
-  // Everything the child wrote to stdout, up to end of file.
-  std::string ReadOutput() {
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-};
 
 // The generations a child's output reports committed, in order; nullopt if a line is not
 // "committed N".

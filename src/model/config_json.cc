@@ -10,29 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_text.h"
+
 namespace cohort::model {
 
 namespace {
 
 using nlohmann::json;
-
-// Whether `v` nests deeper than `limit` levels (dumping a hostile value would recurse).
-bool Deep(const json& v, int limit) {
-  if (!v.is_structured()) return false;
-  if (limit == 0) return true;
-  for (const auto& e : v) {
-    if (Deep(e, limit - 1)) return true;
-  }
-  return false;
-}
-
-// A value as it appears in an error message: compact JSON, cut short when long.
-std::string Shown(const json& v) {
-  if (Deep(v, 8)) return v.is_array() ? "a deeply nested array" : "a deeply nested object";
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
 
 std::string Folded(std::string_view s) {
   std::string out;
@@ -99,27 +83,27 @@ class ObjectReader {
   ObjectReader(const json& j, std::string path, const std::string& member, Status* status)
       : j_(j), path_(std::move(path)), member_(member), status_(status) {
     if (status_->ok() && !j_.is_object()) {
-      Fail(path_, "expected an object, got " + Shown(j_));
+      Fail(path_, "expected an object, got " + JsonForMessage(j_));
     }
   }
 
   void String(const char* key, std::string* out) {
     Field(key, [&](const json& v, const std::string& path) {
-      if (!v.is_string()) return Fail(path, "expected a string, got " + Shown(v));
+      if (!v.is_string()) return Fail(path, "expected a string, got " + JsonForMessage(v));
       *out = v.get<std::string>();
     });
   }
 
   void Double(const char* key, double* out) {
     Field(key, [&](const json& v, const std::string& path) {
-      if (!v.is_number()) return Fail(path, "expected a number, got " + Shown(v));
+      if (!v.is_number()) return Fail(path, "expected a number, got " + JsonForMessage(v));
       *out = v.get<double>();
     });
   }
 
   void Bool(const char* key, bool* out) {
     Field(key, [&](const json& v, const std::string& path) {
-      if (!v.is_boolean()) return Fail(path, "expected true or false, got " + Shown(v));
+      if (!v.is_boolean()) return Fail(path, "expected true or false, got " + JsonForMessage(v));
       *out = v.get<bool>();
     });
   }
@@ -132,15 +116,15 @@ class ObjectReader {
       if (v.is_number_unsigned()) {
         uint64_t x = v.get<uint64_t>();
         if (x > static_cast<uint64_t>(std::numeric_limits<Int>::max())) {
-          return Fail(path,
-                      std::string("expected ") + what + ", got " + Shown(v) + " (out of range)");
+          return Fail(path, std::string("expected ") + what + ", got " + JsonForMessage(v) +
+                                " (out of range)");
         }
         *out = static_cast<Int>(x);
       } else if (v.is_number_integer()) {
         int64_t x = v.get<int64_t>();
         if (x < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
             (std::is_signed_v<Int> && x > static_cast<int64_t>(std::numeric_limits<Int>::max()))) {
-          return Fail(path, std::string("expected ") + what + ", got " + Shown(v));
+          return Fail(path, std::string("expected ") + what + ", got " + JsonForMessage(v));
         }
         *out = static_cast<Int>(x);
       } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
@@ -148,7 +132,7 @@ class ObjectReader {
                  v.get<double>() < static_cast<double>(std::numeric_limits<Int>::max())) {
         *out = static_cast<Int>(v.get<double>());
       } else {
-        return Fail(path, std::string("expected ") + what + ", got " + Shown(v));
+        return Fail(path, std::string("expected ") + what + ", got " + JsonForMessage(v));
       }
     });
   }

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_text.h"
 #include "common/status.h"
 #include "model/config_json.h"
 #include "model/member.h"
@@ -203,22 +204,6 @@ std::string FirstWords(const std::string& text) {
   return text.size() > 60 ? s + "..." : s;
 }
 
-// Whether `v` nests deeper than `limit` levels (dumping a hostile value would recurse).
-bool Deep(const json& v, int limit) {
-  if (!v.is_structured()) return false;
-  if (limit == 0) return true;
-  for (const auto& e : v) {
-    if (Deep(e, limit - 1)) return true;
-  }
-  return false;
-}
-
-// A value from a command, for an error message: compact JSON, cut short.
-std::string Shown(const json& v) {
-  if (Deep(v, 8)) return v.is_array() ? "a deeply nested array" : "a deeply nested object";
-  return FirstWords(Dump(v));
-}
-
 // The helper threads must not end the process by throwing (out of memory): a reader that
 // fails acts as if stdin closed; a heartbeat that fails stops beating.
 void ReadStdin(Shared* shared, int wake_fd) {
@@ -296,7 +281,7 @@ class Fields {
   }
   Status Wrong(const std::string& key, const std::string& want, const json& got) const {
     return Status::InvalidArgument(op_ + ": field \"" + key + "\": expected " + want + ", got " +
-                                   Shown(got));
+                                   JsonForMessage(got));
   }
 
   const json& cmd_;
@@ -328,14 +313,14 @@ class Worker {
       return true;
     }
     if (!cmd.is_object()) {
-      Error("malformed command: expected a JSON object, got " + Shown(cmd));
+      Error("malformed command: expected a JSON object, got " + JsonForMessage(cmd));
       return true;
     }
     if (auto it = cmd.find("id"); it != cmd.end()) {
       if (it->is_string() || it->is_number()) {
         id_ = IdOf(*it);
       } else if (!it->is_null()) {
-        Error("malformed command: \"id\" must be a string or a number, got " + Shown(*it));
+        Error("malformed command: \"id\" must be a string or a number, got " + JsonForMessage(*it));
         return true;
       }
     }
@@ -343,13 +328,13 @@ class Worker {
       Error("malformed command: missing field \"op\"");
       return true;
     } else if (!it->is_string()) {
-      Error("malformed command: \"op\" must be a string, got " + Shown(*it));
+      Error("malformed command: \"op\" must be a string, got " + JsonForMessage(*it));
       return true;
     } else {
       op_ = it->get<std::string>();
     }
     if (auto it = cmd.find("version"); it != cmd.end() && *it != json(kProtocolVersion)) {
-      Error("protocol version " + Shown(*it) + " is not supported (this worker speaks " +
+      Error("protocol version " + JsonForMessage(*it) + " is not supported (this worker speaks " +
             std::to_string(kProtocolVersion) + ")");
       return true;
     }

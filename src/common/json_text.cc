@@ -1,0 +1,26 @@
+#include "common/json_text.h"
+
+namespace cohort {
+
+bool JsonNestsDeeperThan(const nlohmann::json& v, int limit) {
+  if (!v.is_structured()) return false;
+  if (limit == 0) return true;
+  for (const auto& e : v) {
+    if (JsonNestsDeeperThan(e, limit - 1)) return true;
+  }
+  return false;
+}
+
+std::string JsonForMessage(const nlohmann::json& v, size_t max_chars) {
+  if (JsonNestsDeeperThan(v, 8)) {
+    return v.is_array() ? "a deeply nested array" : "a deeply nested object";
+  }
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (s.size() > max_chars && max_chars > 3) s = s.substr(0, max_chars - 3) + "...";
+  return s;
+}
+
+}  // namespace cohort
