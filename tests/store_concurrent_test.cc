@@ -38,6 +38,7 @@
 #include "store/manifest.h"
 #include "store/snapshot.h"
 #include "store/store.h"
+#include "store/test_util.h"
 
 #ifndef STORE_CRASH_CHILD_PATH
 #error "STORE_CRASH_CHILD_PATH must name the store_crash_child executable"
@@ -110,13 +111,7 @@ void PrepareStore(const std::string& store, uint64_t count) {
 class StoreConcurrentTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* root = std::getenv("COHORT_TEST_TMP");
-    fs::path base = root != nullptr && *root != '\0' ? fs::path(root) : fs::temp_directory_path();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (base / (std::string(info->test_suite_name()) + "." + info->name() + "-" +
-                    std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = ::cohort::store::testing::ScratchDir();
     fs::create_directories(dir_);
   }
   void TearDown() override {

@@ -49,6 +49,7 @@
 #include "store/schema.h"
 #include "store/snapshot.h"
 #include "store/store.h"
+#include "store/test_util.h"
 #include "store/transaction.h"
 
 #ifndef STORE_CRASH_CHILD_PATH
@@ -281,13 +282,7 @@ std::optional<uint64_t> CheckRecoveredStore(const std::string& dir,
 class StoreCrashFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* root = std::getenv("COHORT_TEST_TMP");
-    fs::path base = root != nullptr && *root != '\0' ? fs::path(root) : fs::temp_directory_path();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (base / (std::string(info->test_suite_name()) + "." + info->name() + "-" +
-                    std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = ::cohort::store::testing::ScratchDir();
     fs::create_directories(dir_);
   }
   void TearDown() override {
