@@ -1,0 +1,926 @@
+#include "loop/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <toml.hpp>
+#include <utility>
+
+#include "loop/acquisition.h"
+#include "model/config_json.h"
+#include "model/spec.h"
+
+namespace cohort::loop {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using TV = toml::basic_value<toml::discard_comments, std::map, std::vector>;
+
+// ---------------------------------------------------------------------------------------------
+// Suggestions for unknown keys (the same rule as the member config's: edit distance, then
+// abbreviation).
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+  for (size_t i = 0; i <= n; i++) d[i][0] = i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    for (size_t j = 1; j <= m; j++) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+std::string Closest(const std::string& key, const std::vector<std::string>& names) {
+  std::string k;
+  for (char c : key) {
+    k.push_back(c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  const size_t limit = k.size() <= 4 ? 1 : k.size() <= 8 ? 2 : 3;
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const auto& name : names) {
+    size_t d = EditDistance(k, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+  }
+  if (!best.empty()) return best;
+  for (const auto& name : names) {
+    if (k.size() < 2 || k.size() >= name.size() || k[0] != name[0]) continue;
+    size_t j = 0;
+    for (char c : name) {
+      if (j < k.size() && k[j] == c) j++;
+    }
+    if (j == k.size() && (best.empty() || name.size() < best.size())) best = name;
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TOML values.
+
+int LineOf(const TV& v) { return static_cast<int>(v.location().line()); }
+
+// TOML -> JSON. Dates and times have no JSON form: *bad receives the first one met.
+json ToJson(const TV& v, const TV** bad) {
+  switch (v.type()) {
+    case toml::value_t::boolean:
+      return v.as_boolean();
+    case toml::value_t::integer:
+      return static_cast<int64_t>(v.as_integer());
+    case toml::value_t::floating:
+      return static_cast<double>(v.as_floating());
+    case toml::value_t::string:
+      return v.as_string().str;
+    case toml::value_t::array: {
+      json a = json::array();
+      for (const auto& e : v.as_array()) a.push_back(ToJson(e, bad));
+      return a;
+    }
+    case toml::value_t::table: {
+      json o = json::object();
+      for (const auto& [k, e] : v.as_table()) o[k] = ToJson(e, bad);
+      return o;
+    }
+    default:
+      if (*bad == nullptr) *bad = &v;
+      return nullptr;
+  }
+}
+
+std::string Shown(const TV& v) {
+  if (v.is_table()) return "a table";
+  if (v.is_array()) return "an array";
+  const TV* bad = nullptr;
+  json j = ToJson(v, &bad);
+  if (bad != nullptr) return "a date or time";
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// The line of the value at `path` inside `table`, 0 when absent.
+int LineAt(const TV* table, const std::vector<std::string>& path) {
+  const TV* v = table;
+  for (const auto& key : path) {
+    if (v == nullptr || !v->is_table()) return 0;
+    auto it = v->as_table().find(key);
+    if (it == v->as_table().end()) return 0;
+    v = &it->second;
+  }
+  return v == nullptr ? 0 : LineOf(*v);
+}
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : path) {
+    if (c == '.') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors: the first one wins.
+
+struct Errors {
+  std::string file;
+  Status status;
+
+  bool ok() const { return status.ok(); }
+  void Fail(int line, const std::string& field, const std::string& message) {
+    if (!status.ok()) return;
+    status = Status::InvalidArgument(file + ":" + std::to_string(std::max(line, 1)) + ": " + field +
+                                     ": " + message);
+  }
+};
+
+// Reads one TOML table's fields. Unknown keys are reported when the reader is made, before
+// any field, since a misspelt key otherwise shows up as a confusing "missing" error.
+class Reader {
+ public:
+  // `table` may be null (the table is absent: every field keeps its default). `prefix` names
+  // the table in errors ("acquisition."), `line` is where it starts.
+  Reader(Errors* errors, const TV* table, std::string prefix, int line,
+         const std::vector<std::string>& known)
+      : errors_(errors), table_(table), prefix_(std::move(prefix)), line_(line) {
+    if (table_ == nullptr || known.empty()) return;  // empty: the caller checks the keys
+    for (const auto& [key, value] : table_->as_table()) {
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      std::string suggestion = Closest(key, known);
+      errors_->Fail(
+          LineOf(value), prefix_ + key,
+          "unknown field" + (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)"));
+      return;
+    }
+  }
+
+  bool ok() const { return errors_->ok(); }
+  int line() const { return line_; }
+  std::string Field(const std::string& key) const { return prefix_ + key; }
+  int KeyLine(const std::string& key) const {
+    const TV* v = Get(key);
+    return v == nullptr ? line_ : LineOf(*v);
+  }
+  const TV* Get(const std::string& key) const {
+    if (table_ == nullptr) return nullptr;
+    auto it = table_->as_table().find(key);
+    return it == table_->as_table().end() ? nullptr : &it->second;
+  }
+  void Fail(const std::string& key, const std::string& message) {
+    errors_->Fail(KeyLine(key), Field(key), message);
+  }
+  void Missing(const std::string& key, const std::string& what) {
+    errors_->Fail(line_, Field(key), "missing (" + what + ")");
+  }
+
+  // Each returns true when the key is present and well typed (and *out was set).
+  bool String(const std::string& key, std::string* out) {
+    const TV* v = Get(key);
+    if (v == nullptr || !ok()) return false;
+    if (!v->is_string()) return Wrong(key, *v, "a string");
+    *out = v->as_string().str;
+    return true;
+  }
+  bool Bool(const std::string& key, bool* out) {
+    const TV* v = Get(key);
+    if (v == nullptr || !ok()) return false;
+    if (!v->is_boolean()) return Wrong(key, *v, "true or false");
+    *out = v->as_boolean();
+    return true;
+  }
+  bool Int(const std::string& key, int64_t* out, int64_t min) {
+    const TV* v = Get(key);
+    if (v == nullptr || !ok()) return false;
+    if (!v->is_integer()) return Wrong(key, *v, "an integer");
+    if (v->as_integer() < min) {
+      return Wrong(key, *v, min == 0 ? "an integer >= 0" : "an integer >= " + std::to_string(min));
+    }
+    *out = v->as_integer();
+    return true;
+  }
+  bool Number(const std::string& key, double* out) {
+    const TV* v = Get(key);
+    if (v == nullptr || !ok()) return false;
+    if (v->is_integer()) {
+      *out = static_cast<double>(v->as_integer());
+    } else if (v->is_floating()) {
+      *out = v->as_floating();
+    } else {
+      return Wrong(key, *v, "a number");
+    }
+    return true;
+  }
+  const TV* Table(const std::string& key) {
+    const TV* v = Get(key);
+    if (v == nullptr || !ok()) return nullptr;
+    if (!v->is_table()) {
+      Wrong(key, *v, "a table");
+      return nullptr;
+    }
+    return v;
+  }
+
+ private:
+  bool Wrong(const std::string& key, const TV& v, const std::string& expected) {
+    Fail(key, "expected " + expected + ", got " + Shown(v));
+    return false;
+  }
+
+  Errors* errors_;
+  const TV* table_;
+  std::string prefix_;
+  int line_;
+};
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 100 || s[0] == '.' || s[0] == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+constexpr const char* kNameRule =
+    "use letters, digits, '_', '-' and '.', not starting with '.' or '-'";
+
+std::string Resolve(const fs::path& base, const std::string& p) {
+  fs::path path(p);
+  if (path.is_relative()) path = base / path;
+  return path.lexically_normal().string();
+}
+
+// Member settings -------------------------------------------------------------------------------
+
+// The TrainConfig field names (top level), taken from its JSON form so the list lives in one place.
+const std::vector<std::string>& TrainKeys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    const json fields = model::TrainConfigToJson(model::TrainConfig{});
+    for (const auto& [key, value] : fields.items()) {
+      k.push_back(key);
+    }
+    return k;
+  }();
+  return keys;
+}
+
+// Set by the loop, never by the config.
+const std::map<std::string, std::string>& ReservedTrainKeys() {
+  static const std::map<std::string, std::string> keys = {
+      {"member", "set by the loop; use name"},
+      {"warm_start_from", "set by the loop; use warm_start = true"},
+      {"device", "set by the loop from devices and threads_per_cpu_device"},
+  };
+  return keys;
+}
+
+// Where a member setting comes from, for messages: the member's table, else [defaults].
+struct SettingSource {
+  const TV* member = nullptr;  // null for [defaults] itself
+  std::string member_prefix;   // "member[2]."
+  int member_line = 0;
+  const TV* defaults = nullptr;
+  int defaults_line = 0;
+
+  // The line and field for a TrainConfig path ("optimizer.learning_rate").
+  std::pair<int, std::string> Locate(const std::string& path) const {
+    auto parts = SplitPath(path);
+    if (member != nullptr) {
+      if (int line = LineAt(member, parts)) return {line, member_prefix + path};
+      if (int line = LineAt(defaults, parts)) return {line, "defaults." + path};
+      return {member_line, member_prefix + path};
+    }
+    int line = LineAt(defaults, parts);
+    return {line ? line : defaults_line, "defaults." + path};
+  }
+};
+
+// A misspelt loop key ("nmae" for name) in a [defaults] or [[member]] table. Other unknown
+// keys are left to TrainConfigFromJson, which also suggests nested fields ("lr":
+// optimizer.learning_rate).
+bool CheckLoopKeyTypos(Errors* errors, const TV& table, const std::vector<std::string>& loop_keys,
+                       const std::string& prefix) {
+  const auto& train_keys = TrainKeys();
+  for (const auto& [key, value] : table.as_table()) {
+    if (std::find(loop_keys.begin(), loop_keys.end(), key) != loop_keys.end()) continue;
+    if (std::find(train_keys.begin(), train_keys.end(), key) != train_keys.end()) continue;
+    std::string suggestion = Closest(key, loop_keys);
+    if (!suggestion.empty()) {
+      errors->Fail(LineOf(value), prefix + key, "unknown field (did you mean " + suggestion + "?)");
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads a [defaults] or [[member]] table's TrainConfig fields onto `base`. `loop_keys` are
+// the loop's own keys allowed in the table (read by the caller).
+bool ReadTrainSettings(Errors* errors, const TV& table, const std::vector<std::string>& loop_keys,
+                       const SettingSource& where, const std::string& member_name,
+                       model::TrainConfig* config) {
+  const std::string prefix = where.member != nullptr ? where.member_prefix : "defaults.";
+  if (!CheckLoopKeyTypos(errors, table, loop_keys, prefix)) return false;
+  json j = json::object();
+  for (const auto& [key, value] : table.as_table()) {
+    if (std::find(loop_keys.begin(), loop_keys.end(), key) != loop_keys.end()) continue;
+    auto reserved = ReservedTrainKeys().find(key);
+    if (reserved != ReservedTrainKeys().end()) {
+      errors->Fail(LineOf(value), prefix + key, reserved->second);
+      return false;
+    }
+    const TV* bad = nullptr;
+    j[key] = ToJson(value, &bad);
+    if (bad != nullptr) {
+      errors->Fail(LineOf(*bad), prefix + key, "dates and times are not accepted here");
+      return false;
+    }
+  }
+  auto parsed = model::TrainConfigFromJson(j, *config, member_name);
+  if (!parsed.ok()) {
+    // "member NAME: config.optimizer.lr: unknown field (...)" -> field and line.
+    std::string message = parsed.status().message();
+    const std::string head = "member " + member_name + ": ";
+    if (message.rfind(head, 0) == 0) message = message.substr(head.size());
+    std::string path;
+    if (message.rfind("config.", 0) == 0) {
+      size_t colon = message.find(": ");
+      path = message.substr(7, colon == std::string::npos ? std::string::npos : colon - 7);
+      message = colon == std::string::npos ? "invalid" : message.substr(colon + 2);
+    }
+    auto parts = SplitPath(path);
+    int line = path.empty() ? 0 : LineAt(&table, parts);
+    if (line == 0) line = LineOf(table);
+    errors->Fail(line, prefix + (path.empty() ? std::string("settings") : path), message);
+    return false;
+  }
+  *config = std::move(parsed).value();
+  return true;
+}
+
+// Checks of values TrainConfigFromJson takes as typed; the trainer would refuse them only
+// after the run started.
+void CheckTrainValues(Errors* errors, const model::TrainConfig& c, const SettingSource& where) {
+  auto fail = [&](const std::string& path, const std::string& message) {
+    auto [line, field] = where.Locate(path);
+    errors->Fail(line, field, message);
+  };
+  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      if (v == n) return true;
+    }
+    return false;
+  };
+  if (!one_of(c.loss, {"auto", "cross_entropy", "mse", "gaussian_nll"})) {
+    fail("loss", "unknown loss '" + c.loss + "' (auto, cross_entropy, mse, gaussian_nll)");
+  }
+  if (!one_of(c.optimizer.name, {"adam", "adamw", "sgd"})) {
+    fail("optimizer.name", "unknown optimizer '" + c.optimizer.name + "' (adam, adamw, sgd)");
+  }
+  if (!one_of(c.schedule.name, {"constant", "step", "cosine"})) {
+    fail("schedule.name", "unknown schedule '" + c.schedule.name + "' (constant, step, cosine)");
+  }
+  if (c.epochs < 1) fail("epochs", "must be at least 1, got " + std::to_string(c.epochs));
+  if (c.batch_size < 1) {
+    fail("batch_size", "must be at least 1, got " + std::to_string(c.batch_size));
+  }
+  if (!(c.optimizer.learning_rate > 0)) fail("optimizer.learning_rate", "must be > 0");
+  if (!(c.validation_fraction >= 0 && c.validation_fraction < 1)) {
+    fail("validation_fraction", "must be in [0, 1)");
+  }
+  if (!(c.label_smoothing >= 0 && c.label_smoothing < 1)) {
+    fail("label_smoothing", "must be in [0, 1)");
+  }
+  if (c.classes < 0) fail("classes", "must be >= 0 (0: from the labels)");
+  if (c.patience < 0) fail("patience", "must be >= 0");
+}
+
+// Checks a spec's text; shapes need the store and are checked by the controller.
+void CheckModel(Errors* errors, const std::string& text, const std::string& member, int line,
+                const std::string& field) {
+  auto spec = model::ParseModelSpec(text, member);
+  if (spec.ok()) return;
+  std::string message = spec.status().message();
+  const std::string head = "member " + member + ": ";
+  if (message.rfind(head, 0) == 0) message = message.substr(head.size());
+  errors->Fail(line, field, message);
+}
+
+// The whole parse ------------------------------------------------------------------------------
+
+void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
+  Reader r(e, &root, "", 1,
+           {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device",
+            "launcher", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
+
+  // Run.
+  if (!r.String("name", &c->name) && r.ok()) r.Missing("name", "the run's name");
+  if (r.ok() && !ValidName(c->name)) {
+    r.Fail("name", "'" + c->name + "' is not a valid run name: " + kNameRule);
+  }
+  std::string run_dir;
+  if (r.String("run_dir", &run_dir)) {
+    if (run_dir.empty()) r.Fail("run_dir", "must not be empty");
+    c->run_dir = Resolve(base, run_dir);
+  } else if (r.ok()) {
+    c->run_dir = Resolve(base, "runs/" + c->name);
+  }
+
+  // Store.
+  {
+    const TV* t = r.Table("store");
+    if (t == nullptr && r.ok()) r.Missing("store", "a [store] table with source");
+    Reader s(e, t, "store.", t ? LineOf(*t) : 1, {"source", "generation", "train", "pool", "test"});
+    std::string source;
+    if (s.String("source", &source)) {
+      if (source.empty()) s.Fail("source", "must not be empty");
+      c->store.source = Resolve(base, source);
+    } else if (s.ok()) {
+      s.Missing("source", "the store the run clones");
+    }
+    int64_t generation = 0;
+    if (s.Int("generation", &generation, 1)) {
+      c->store.source_generation = static_cast<uint64_t>(generation);
+    }
+    for (auto [key, out] : {std::pair{"train", &c->store.train}, std::pair{"pool", &c->store.pool},
+                            std::pair{"test", &c->store.test}}) {
+      if (s.String(key, out) && out->empty()) s.Fail(key, "must not be empty");
+    }
+    if (s.ok()) {
+      std::set<std::string> names = {c->store.train, c->store.pool, c->store.test};
+      if (names.size() != 3) {
+        s.Fail(s.Get("test")   ? "test"
+               : s.Get("pool") ? "pool"
+                               : "train",
+               "the train, pool and test tables must be three different tables");
+      }
+    }
+  }
+
+  // Devices.
+  if (const TV* d = r.Get("devices"); d != nullptr && r.ok()) {
+    if (d->is_string()) {
+      if (d->as_string().str != "auto") {
+        r.Fail("devices",
+               "expected \"auto\" or a list like [\"cpu:0\", \"cpu:1\"], got " + Shown(*d));
+      }
+      c->devices_auto = true;
+    } else if (d->is_array()) {
+      const auto& a = d->as_array();
+      if (a.empty()) r.Fail("devices", "the list is empty");
+      for (size_t i = 0; i < a.size() && r.ok(); i++) {
+        const std::string field = "devices[" + std::to_string(i + 1) + "]";
+        if (!a[i].is_string()) {
+          e->Fail(LineOf(a[i]), field, "expected a string like \"cpu:0\", got " + Shown(a[i]));
+          break;
+        }
+        auto device = launch::ParseDevice(a[i].as_string().str);
+        if (!device.ok()) {
+          e->Fail(LineOf(a[i]), field, device.status().message());
+          break;
+        }
+        if (std::find(c->devices.begin(), c->devices.end(), *device) != c->devices.end()) {
+          e->Fail(LineOf(a[i]), field, device->ToString() + " is listed twice");
+          break;
+        }
+        c->devices.push_back(*device);
+      }
+    } else {
+      r.Fail("devices", "expected \"auto\" or a list of devices, got " + Shown(*d));
+    }
+  } else if (r.ok()) {
+    r.Missing("devices", "a list like [\"cpu:0\", \"cpu:1\"], or \"auto\"");
+  }
+  int64_t n = 0;
+  if (r.Int("threads_per_cpu_device", &n, 1))
+    c->threads_per_cpu_device = static_cast<int>(std::min<int64_t>(n, 4096));
+  if (r.Int("members_per_device", &n, 1))
+    c->members_per_device = static_cast<int>(std::min<int64_t>(n, 4096));
+  std::string launcher;
+  if (r.String("launcher", &launcher)) {
+    if (launcher == "local") {
+      c->launcher = Launcher::kLocal;
+    } else if (launcher == "slurm") {
+      c->launcher = Launcher::kSlurm;
+    } else {
+      r.Fail("launcher", "unknown launcher '" + launcher + "' (local, slurm)");
+    }
+  }
+
+  // Member defaults.
+  std::vector<std::string> member_loop_keys = {"name", "warm_start"};
+  const TV* defaults = r.Table("defaults");
+  model::TrainConfig member_base;
+  bool default_warm_start = false;
+  SettingSource defaults_source;
+  defaults_source.defaults = defaults;
+  defaults_source.defaults_line = defaults ? LineOf(*defaults) : 1;
+  if (defaults != nullptr && r.ok()) {
+    Reader d(e, defaults, "defaults.", LineOf(*defaults), {});  // keys checked below
+    if (ReadTrainSettings(e, *defaults, {"warm_start"}, defaults_source, "defaults",
+                          &member_base)) {
+      d.Bool("warm_start", &default_warm_start);
+      if (!member_base.model.empty()) {
+        CheckModel(e, member_base.model, "defaults", d.KeyLine("model"), "defaults.model");
+      }
+    }
+  }
+
+  // Members.
+  if (const TV* m = r.Get("member"); m != nullptr && r.ok()) {
+    if (!m->is_array() || (!m->as_array().empty() && !m->as_array()[0].is_table())) {
+      r.Fail("member", "expected [[member]] tables, got " + Shown(*m));
+    } else {
+      const auto& entries = m->as_array();
+      for (size_t i = 0; i < entries.size() && r.ok(); i++) {
+        const TV& t = entries[i];
+        const std::string prefix = "member[" + std::to_string(i + 1) + "].";
+        if (!t.is_table()) {
+          e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
+          break;
+        }
+        MemberConfig member;
+        member.line = LineOf(t);
+        member.warm_start = default_warm_start;
+        Reader mr(e, &t, prefix, member.line, {});  // keys checked by ReadTrainSettings
+        if (!CheckLoopKeyTypos(e, t, member_loop_keys, prefix)) break;
+        if (!mr.String("name", &member.name)) {
+          if (mr.ok()) mr.Missing("name", "each [[member]] needs a unique name");
+          break;
+        }
+        if (!ValidName(member.name)) {
+          mr.Fail("name", "'" + member.name + "' is not a valid member name: " + kNameRule);
+          break;
+        }
+        for (const auto& other : c->members) {
+          if (other.name == member.name) {
+            mr.Fail("name", "'" + member.name + "' is already the name of the member at line " +
+                                std::to_string(other.line));
+          }
+        }
+        if (!mr.ok()) break;
+        SettingSource where{&t, prefix, member.line, defaults, defaults_source.defaults_line};
+        member.train = member_base;
+        if (!ReadTrainSettings(e, t, member_loop_keys, where, member.name, &member.train)) break;
+        mr.Bool("warm_start", &member.warm_start);
+        member.train.member = member.name;
+        if (member.train.model.empty()) {
+          mr.Missing("model", "a model spec, here or in [defaults]");
+          break;
+        }
+        if (mr.Get("model") != nullptr) {
+          CheckModel(e, member.train.model, member.name, mr.KeyLine("model"), prefix + "model");
+        }
+        CheckTrainValues(e, member.train, where);
+        c->members.push_back(std::move(member));
+      }
+    }
+  }
+  if (r.ok() && c->members.empty()) r.Missing("member", "at least one [[member]] entry");
+
+  // Acquisition.
+  {
+    const TV* t = r.Table("acquisition");
+    if (t == nullptr && r.ok()) r.Missing("acquisition", "an [acquisition] table");
+    Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1, {"strategy", "batch_size", "seed"});
+    if (a.String("strategy", &c->acquisition.strategy)) {
+      const auto& names = AcquisitionStrategies();
+      if (std::find(names.begin(), names.end(), c->acquisition.strategy) == names.end()) {
+        std::string list;
+        for (const auto& s : names) list += (list.empty() ? "" : ", ") + s;
+        std::string suggestion = Closest(c->acquisition.strategy, names);
+        a.Fail("strategy", "unknown strategy '" + c->acquisition.strategy + "'" +
+                               (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
+                               "; one of " + list);
+      } else if (StrategyNeedsSeveralMembers(c->acquisition.strategy) && c->members.size() < 2) {
+        a.Fail("strategy", "'" + c->acquisition.strategy +
+                               "' measures disagreement between members and needs at least 2 "
+                               "[[member]] entries");
+      }
+    } else if (a.ok() && t != nullptr) {
+      a.Missing("strategy",
+                "one of random, entropy, margin, least_confident, variance, bald, "
+                "vote_entropy");
+    }
+    if (!a.Int("batch_size", &c->acquisition.batch_size, 1) && a.ok() && t != nullptr) {
+      a.Missing("batch_size", "k, the samples labelled per round");
+    }
+    int64_t seed = 0;
+    if (a.Int("seed", &seed, 0)) c->acquisition.seed = static_cast<uint64_t>(seed);
+  }
+
+  // Oracle.
+  {
+    const TV* t = r.Table("oracle");
+    Reader o(e, t, "oracle.", t ? LineOf(*t) : 1, {"kind", "command"});
+    std::string kind = "hidden_labels";
+    o.String("kind", &kind);
+    if (o.ok()) {
+      if (kind == "hidden_labels") {
+        c->oracle.kind = OracleConfig::Kind::kHiddenLabels;
+        if (o.Get("command") != nullptr) {
+          o.Fail("command", "only for kind = \"command\"");
+        }
+      } else if (kind == "command") {
+        c->oracle.kind = OracleConfig::Kind::kCommand;
+        const TV* cmd = o.Get("command");
+        if (cmd == nullptr) {
+          o.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
+        } else if (!cmd->is_array() || cmd->as_array().empty()) {
+          o.Fail("command", "expected a non-empty list of strings (argv), got " + Shown(*cmd));
+        } else {
+          for (const auto& arg : cmd->as_array()) {
+            if (!arg.is_string()) {
+              e->Fail(LineOf(arg), "oracle.command", "expected strings, got " + Shown(arg));
+              break;
+            }
+            c->oracle.command.push_back(arg.as_string().str);
+          }
+          if (o.ok() && c->oracle.command[0].empty()) o.Fail("command", "the program is empty");
+          if (o.ok() && c->oracle.command[0].find('/') != std::string::npos) {
+            c->oracle.command[0] = Resolve(base, c->oracle.command[0]);
+          }
+        }
+      } else {
+        o.Fail("kind", "unknown oracle '" + kind + "' (hidden_labels, command)");
+      }
+    }
+  }
+
+  // Stop rules.
+  {
+    const TV* t = r.Table("stop");
+    Reader s(e, t, "stop.", t ? LineOf(*t) : 1,
+             {"max_rounds", "label_budget", "target", "stop_when_pool_exhausted"});
+    int64_t v = 0;
+    if (s.Int("max_rounds", &v, 1)) c->stop.max_rounds = v;
+    if (s.Int("label_budget", &v, 1)) c->stop.label_budget = v;
+    if (const TV* target = s.Table("target")) {
+      Reader tr(e, target, "stop.target.", LineOf(*target), {"metric", "value"});
+      TargetMetric m;
+      if (!tr.String("metric", &m.metric) && tr.ok())
+        tr.Missing("metric", "accuracy, nll, brier, ece or rmse");
+      if (tr.ok()) {
+        if (m.metric == "accuracy") {
+          m.higher_is_better = true;
+        } else if (m.metric == "nll" || m.metric == "brier" || m.metric == "ece" ||
+                   m.metric == "rmse") {
+          m.higher_is_better = false;
+        } else {
+          tr.Fail("metric", "unknown metric '" + m.metric + "' (accuracy, nll, brier, ece, rmse)");
+        }
+      }
+      if (!tr.Number("value", &m.value) && tr.ok()) tr.Missing("value", "the metric's target");
+      if (tr.ok()) c->stop.target = m;
+    }
+    s.Bool("stop_when_pool_exhausted", &c->stop.stop_when_pool_exhausted);
+    if (s.ok() && !c->stop.max_rounds && !c->stop.label_budget && !c->stop.target) {
+      e->Fail(s.line(), "stop",
+              "no stop rule: set at least one of max_rounds, label_budget or target");
+    }
+  }
+
+  // Failure policy.
+  {
+    const TV* t = r.Table("failure");
+    Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
+             {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s"});
+    f.Int("retries", &c->failure.retries, 0);
+    c->failure.min_members = static_cast<int64_t>(c->members.size());
+    if (f.Int("min_members", &c->failure.min_members, 1) &&
+        c->failure.min_members > static_cast<int64_t>(c->members.size())) {
+      f.Fail("min_members", std::to_string(c->failure.min_members) + " is more than the " +
+                                std::to_string(c->members.size()) + " members configured");
+    }
+    if (f.Number("heartbeat_timeout_s", &c->failure.heartbeat_timeout_s) &&
+        !(c->failure.heartbeat_timeout_s > 0)) {
+      f.Fail("heartbeat_timeout_s", "must be > 0 seconds");
+    }
+    if (f.Number("attempt_timeout_s", &c->failure.attempt_timeout_s) &&
+        !(c->failure.attempt_timeout_s >= 0)) {
+      f.Fail("attempt_timeout_s", "must be >= 0 seconds (0: no limit)");
+    }
+  }
+
+  // The seam for cluster launches: accepted by the parser, refused until it exists.
+  if (e->ok() && c->launcher == Launcher::kSlurm) {
+    r.Fail("launcher", "\"slurm\" is not available yet; use \"local\"");
+  }
+}
+
+// Syntax errors: toml11's message is several lines; keep the first, plus the hint at the
+// marker ("^--- expected value, but got nothing").
+std::string SyntaxMessage(const std::string& what) {
+  std::istringstream in(what);
+  std::string line, first, hint;
+  while (std::getline(in, line)) {
+    if (first.empty()) first = line;
+    size_t marker = line.find("^--- ");
+    if (marker == std::string::npos) marker = line.find("~~~ ");
+    if (marker != std::string::npos) hint = line.substr(line.find(' ', marker) + 1);
+  }
+  if (first.rfind("[error] ", 0) == 0) first = first.substr(8);
+  if (first.rfind("toml::", 0) == 0) {
+    size_t colon = first.find(": ");
+    if (colon != std::string::npos) first = first.substr(colon + 2);
+  }
+  if (!hint.empty()) first += " (" + hint + ")";
+  return first;
+}
+
+// Diff ----------------------------------------------------------------------------------------
+
+bool SafeOnResume(const std::string& field) {
+  for (const char* prefix : {"devices", "threads_per_cpu_device", "members_per_device", "launcher",
+                             "run_dir", "stop", "failure"}) {
+    std::string p = prefix;
+    if (field == p || field.rfind(p + ".", 0) == 0 || field.rfind(p + "[", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string Compact(const json& j) {
+  if (j.is_null()) return "(none)";
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+void Diff(const json& a, const json& b, const std::string& path, std::vector<ConfigChange>* out) {
+  if (a == b) return;
+  if (a.is_object() && b.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [k, v] : a.items()) keys.insert(k);
+    for (const auto& [k, v] : b.items()) keys.insert(k);
+    for (const auto& k : keys) {
+      Diff(a.contains(k) ? a[k] : json(), b.contains(k) ? b[k] : json(),
+           path.empty() ? k : path + "." + k, out);
+    }
+    return;
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size() && !a.empty() && a[0].is_structured()) {
+    for (size_t i = 0; i < a.size(); i++) {
+      Diff(a[i], b[i], path + "[" + std::to_string(i + 1) + "]", out);
+    }
+    return;
+  }
+  out->push_back({path, Compact(a), Compact(b), SafeOnResume(path)});
+}
+
+}  // namespace
+
+const char* LauncherName(Launcher launcher) {
+  return launcher == Launcher::kSlurm ? "slurm" : "local";
+}
+
+const char* OracleKindName(OracleConfig::Kind kind) {
+  return kind == OracleConfig::Kind::kCommand ? "command" : "hidden_labels";
+}
+
+Result<LoopConfig> ParseLoopConfig(const std::string& text, const std::string& path,
+                                   const std::string& base_dir) {
+  Errors errors{path, Status::OK()};
+  TV root;
+  try {
+    std::istringstream in(text);
+    root = toml::parse<toml::discard_comments, std::map, std::vector>(in, path);
+  } catch (const toml::syntax_error& ex) {
+    errors.Fail(static_cast<int>(ex.location().line()), "syntax", SyntaxMessage(ex.what()));
+    return errors.status;
+  } catch (const std::exception& ex) {
+    errors.Fail(1, "syntax", SyntaxMessage(ex.what()));
+    return errors.status;
+  }
+  fs::path base = base_dir.empty() ? fs::path(path).parent_path() : fs::path(base_dir);
+  std::error_code ec;
+  fs::path absolute_base = fs::absolute(base.empty() ? fs::path(".") : base, ec);
+  if (ec) absolute_base = base;
+  LoopConfig config;
+  config.path = path;
+  ParseRoot(&errors, root, absolute_base.lexically_normal(), &config);
+  if (!errors.ok()) return errors.status;
+  return config;
+}
+
+Result<LoopConfig> LoadLoopConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int err = errno;
+    if (err == ENOENT) return Status::NotFound(path + ": no such config file");
+    return Status::FromErrno(path, err);
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IOError(path + ": read failed");
+  return ParseLoopConfig(text.str(), path);
+}
+
+nlohmann::json LoopConfigToJson(const LoopConfig& c) {
+  json members = json::array();
+  for (const auto& m : c.members) {
+    json j = model::TrainConfigToJson(m.train);
+    for (const auto& [key, why] : ReservedTrainKeys()) j.erase(key);
+    j["name"] = m.name;
+    j["warm_start"] = m.warm_start;
+    members.push_back(std::move(j));
+  }
+  json devices = json::array();
+  for (const auto& d : c.devices) devices.push_back(d.ToString());
+  json stop = json::object();
+  stop["max_rounds"] = c.stop.max_rounds ? json(*c.stop.max_rounds) : json();
+  stop["label_budget"] = c.stop.label_budget ? json(*c.stop.label_budget) : json();
+  stop["target"] = c.stop.target
+                       ? json{{"metric", c.stop.target->metric}, {"value", c.stop.target->value}}
+                       : json();
+  stop["stop_when_pool_exhausted"] = c.stop.stop_when_pool_exhausted;
+  return {
+      {"name", c.name},
+      {"run_dir", c.run_dir},
+      {"store",
+       {{"source", c.store.source},
+        {"generation", c.store.source_generation ? json(*c.store.source_generation) : json()},
+        {"train", c.store.train},
+        {"pool", c.store.pool},
+        {"test", c.store.test}}},
+      {"devices", c.devices_auto ? json("auto") : devices},
+      {"threads_per_cpu_device", c.threads_per_cpu_device},
+      {"members_per_device", c.members_per_device},
+      {"launcher", LauncherName(c.launcher)},
+      {"member", members},
+      {"acquisition",
+       {{"strategy", c.acquisition.strategy},
+        {"batch_size", c.acquisition.batch_size},
+        {"seed", c.acquisition.seed}}},
+      {"oracle", {{"kind", OracleKindName(c.oracle.kind)}, {"command", c.oracle.command}}},
+      {"stop", stop},
+      {"failure",
+       {{"retries", c.failure.retries},
+        {"min_members", c.failure.min_members},
+        {"heartbeat_timeout_s", c.failure.heartbeat_timeout_s},
+        {"attempt_timeout_s", c.failure.attempt_timeout_s}}},
+  };
+}
+
+std::string LoopConfigFingerprint(const LoopConfig& config) {
+  json j = LoopConfigToJson(config);
+  json kept = json::object();
+  for (const auto& [key, value] : j.items()) {
+    if (!SafeOnResume(key)) kept[key] = value;
+  }
+  const std::string text = kept.dump();
+  // FNV-1a, 64 bits, twice with different offsets: 128 bits of hex.
+  auto fnv = [&](uint64_t h) {
+    for (unsigned char ch : text) {
+      h ^= ch;
+      h *= 1099511628211ULL;
+    }
+    return h;
+  };
+  char out[33];
+  std::snprintf(out, sizeof out, "%016llx%016llx",
+                static_cast<unsigned long long>(fnv(14695981039346656037ULL)),
+                static_cast<unsigned long long>(fnv(0x9e3779b97f4a7c15ULL)));
+  return out;
+}
+
+std::vector<ConfigChange> DiffLoopConfigs(const LoopConfig& before, const LoopConfig& after) {
+  std::vector<ConfigChange> out;
+  Diff(LoopConfigToJson(before), LoopConfigToJson(after), "", &out);
+  return out;
+}
+
+Status CheckResumeCompatible(const LoopConfig& old_config, const LoopConfig& new_config) {
+  for (const auto& change : DiffLoopConfigs(old_config, new_config)) {
+    if (change.safe_on_resume) continue;
+    return Status::InvalidArgument(
+        new_config.path + ": " + change.field + ": changed from " + change.before + " to " +
+        change.after +
+        ", which a resume cannot take (it may change only devices, threads_per_cpu_device, "
+        "members_per_device, launcher, run_dir, [stop] and [failure]); start a new run with "
+        "another name instead");
+  }
+  return Status::OK();
+}
+
+}  // namespace cohort::loop

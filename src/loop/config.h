@@ -1,0 +1,134 @@
+// The loop config (`loop.toml`): what a run is, read and validated before anything starts.
+//
+// docs/config.md documents every field, its default and what a resume may change. Member
+// training settings are model::TrainConfig fields, read through model::TrainConfigFromJson
+// (the TOML is converted to JSON first), so their names, types and unknown-key errors are the
+// same as in worker commands.
+//
+// Every error is one line "FILE:LINE: FIELD: what is wrong", FILE being the path as given:
+//   loop.toml:14: member[2].model: layer 2 'dense x': 'x' is not a positive integer
+// member[N] is the Nth [[member]] entry, counting from 1. Checks that need the store (model
+// shapes against the table's feature shape, table existence) happen later, in the controller.
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "launch/device.h"
+#include "model/member.h"
+
+namespace cohort::loop {
+
+struct StoreConfig {
+  std::string source;                         // absolute, normalised
+  std::optional<uint64_t> source_generation;  // unset: the source's current generation
+  std::string train = "train";
+  std::string pool = "pool";
+  std::string test = "test";
+};
+
+enum class Launcher { kLocal, kSlurm };
+const char* LauncherName(Launcher launcher);
+
+struct MemberConfig {
+  std::string name;
+  // [defaults] with this member's fields on top; train.member == name. The loop fills in
+  // device and warm_start_from per attempt.
+  model::TrainConfig train;
+  bool warm_start = false;  // continue from the member's checkpoint of the previous round
+  int line = 0;             // the [[member]] header's line, for later messages
+};
+
+struct AcquisitionConfig {
+  std::string strategy;    // one of AcquisitionStrategies()
+  int64_t batch_size = 0;  // k: samples labelled per round, > 0
+  uint64_t seed = 0;       // tie-breaking (and `random`)
+};
+
+struct OracleConfig {
+  enum class Kind { kHiddenLabels, kCommand };
+  Kind kind = Kind::kHiddenLabels;
+  std::vector<std::string> command;  // argv, kCommand only
+};
+const char* OracleKindName(OracleConfig::Kind kind);
+
+struct TargetMetric {
+  std::string metric;  // ensemble test metric: accuracy | nll | brier | ece | rmse
+  double value = 0;
+  bool higher_is_better = true;  // accuracy; the others stop when at or below value
+};
+
+struct StopConfig {
+  std::optional<int64_t> max_rounds;    // rounds that train (and, but the last, acquire)
+  std::optional<int64_t> label_budget;  // labels the oracle may give over the whole run
+  std::optional<TargetMetric> target;
+  bool stop_when_pool_exhausted = true;
+};
+
+struct FailureConfig {
+  int64_t retries = 2;      // fresh attempts after a failed one, per member and round
+  int64_t min_members = 0;  // members that must finish for the round to proceed
+  double heartbeat_timeout_s = 60;
+  double attempt_timeout_s = 0;  // 0: no wall-clock limit per attempt
+};
+
+struct LoopConfig {
+  std::string path;  // the config file as given (error messages)
+  std::string name;
+  std::string run_dir;  // absolute, normalised; default <config dir>/runs/NAME
+  StoreConfig store;
+  // "auto" leaves `devices` empty and sets devices_auto; the controller resolves it with
+  // launch::ResolveAutoDevices("auto", ...) when it knows the machine.
+  bool devices_auto = false;
+  std::vector<launch::Device> devices;
+  int threads_per_cpu_device = 1;
+  int members_per_device = 1;
+  Launcher launcher = Launcher::kLocal;
+  std::vector<MemberConfig> members;
+  AcquisitionConfig acquisition;
+  OracleConfig oracle;
+  StopConfig stop;
+  FailureConfig failure;
+};
+
+// Reads and validates `path`. Relative paths in it (run_dir, store.source, a command oracle's
+// program when it contains a '/') are taken relative to the file's directory.
+Result<LoopConfig> LoadLoopConfig(const std::string& path);
+
+// The same from text; `path` names it in errors. `base_dir` resolves relative paths; empty:
+// the directory of `path` (the controller passes the original one when it re-reads the copy
+// kept in the run directory).
+Result<LoopConfig> ParseLoopConfig(const std::string& text, const std::string& path,
+                                   const std::string& base_dir = "");
+
+// The whole config as canonical JSON (for the journal and `cohort status`).
+nlohmann::json LoopConfigToJson(const LoopConfig& config);
+
+// A hex digest of the parts a resume may not change (see CheckResumeCompatible): two
+// configs with the same fingerprint may resume each other.
+std::string LoopConfigFingerprint(const LoopConfig& config);
+
+struct ConfigChange {
+  std::string field;   // "stop.max_rounds", "member[2].optimizer.learning_rate"
+  std::string before;  // compact JSON, "(none)" when absent
+  std::string after;
+  bool safe_on_resume = false;
+};
+
+// Every difference between two configs, in field order. Safe on resume: devices,
+// threads_per_cpu_device, members_per_device, launcher, run_dir, everything in [stop] and
+// [failure]. Anything else (name, store, members and their settings, acquisition, oracle)
+// is not.
+std::vector<ConfigChange> DiffLoopConfigs(const LoopConfig& before, const LoopConfig& after);
+
+// OK when every difference is safe on resume; otherwise an InvalidArgument naming the first
+// unsafe field and both values.
+Status CheckResumeCompatible(const LoopConfig& old_config, const LoopConfig& new_config);
+
+}  // namespace cohort::loop

@@ -1,0 +1,387 @@
+#include "loop/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace cohort::loop {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A complete config; tests replace parts of it.
+const char* kFull = R"(name = "demo"
+devices = ["cpu:0", "cpu:1"]
+threads_per_cpu_device = 2
+members_per_device = 1
+launcher = "local"
+
+[store]
+source = "../data/store"
+generation = 3
+train = "labelled"
+
+[defaults]
+epochs = 3
+batch_size = 32
+optimizer = { name = "sgd", learning_rate = 0.05 }
+warm_start = true
+
+[[member]]
+name = "a"
+model = "dense 64 relu, dense 10"
+seed = 1
+
+[[member]]
+name = "b"
+model = "dense 32 tanh, dropout 0.1, dense 10"
+seed = 2
+epochs = 7
+warm_start = false
+optimizer = { learning_rate = 0.01 }
+
+[acquisition]
+strategy = "entropy"
+batch_size = 100
+
+[stop]
+max_rounds = 4
+target = { metric = "nll", value = 0.3 }
+)";
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// The error for `text`, checked to be one line.
+std::string Error(const std::string& text) {
+  auto c = ParseLoopConfig(text, "dir/loop.toml", "/base");
+  EXPECT_FALSE(c.ok());
+  if (c.ok()) return "";
+  const std::string& m = c.status().message();
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  return m;
+}
+
+TEST(LoopConfigTest, FullConfigWithDefaults) {
+  auto c = ParseLoopConfig(kFull, "dir/loop.toml", "/base/dir");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->path, "dir/loop.toml");
+  EXPECT_EQ(c->name, "demo");
+  EXPECT_EQ(c->run_dir, "/base/dir/runs/demo");
+  EXPECT_EQ(c->store.source, "/base/data/store");
+  ASSERT_TRUE(c->store.source_generation.has_value());
+  EXPECT_EQ(*c->store.source_generation, 3u);
+  EXPECT_EQ(c->store.train, "labelled");
+  EXPECT_EQ(c->store.pool, "pool");
+  EXPECT_EQ(c->store.test, "test");
+  EXPECT_FALSE(c->devices_auto);
+  ASSERT_EQ(c->devices.size(), 2u);
+  EXPECT_EQ(c->devices[1].ToString(), "cpu:1");
+  EXPECT_EQ(c->threads_per_cpu_device, 2);
+  EXPECT_EQ(c->members_per_device, 1);
+  EXPECT_EQ(c->launcher, Launcher::kLocal);
+
+  ASSERT_EQ(c->members.size(), 2u);
+  const auto& a = c->members[0];
+  EXPECT_EQ(a.name, "a");
+  EXPECT_EQ(a.train.member, "a");
+  EXPECT_EQ(a.train.model, "dense 64 relu, dense 10");
+  EXPECT_EQ(a.train.seed, 1u);
+  EXPECT_EQ(a.train.epochs, 3);
+  EXPECT_EQ(a.train.batch_size, 32);
+  EXPECT_EQ(a.train.optimizer.name, "sgd");
+  EXPECT_DOUBLE_EQ(a.train.optimizer.learning_rate, 0.05);
+  EXPECT_TRUE(a.warm_start);
+  EXPECT_EQ(a.line, 18);
+  const auto& b = c->members[1];
+  EXPECT_EQ(b.train.epochs, 7);
+  EXPECT_EQ(b.train.optimizer.name, "sgd");  // kept from [defaults]
+  EXPECT_DOUBLE_EQ(b.train.optimizer.learning_rate, 0.01);
+  EXPECT_FALSE(b.warm_start);
+  EXPECT_EQ(b.train.loss, "auto");  // TrainConfig's own default
+
+  EXPECT_EQ(c->acquisition.strategy, "entropy");
+  EXPECT_EQ(c->acquisition.batch_size, 100);
+  EXPECT_EQ(c->acquisition.seed, 0u);
+  EXPECT_EQ(c->oracle.kind, OracleConfig::Kind::kHiddenLabels);
+  EXPECT_TRUE(c->oracle.command.empty());
+  EXPECT_EQ(c->stop.max_rounds, 4);
+  EXPECT_FALSE(c->stop.label_budget.has_value());
+  ASSERT_TRUE(c->stop.target.has_value());
+  EXPECT_EQ(c->stop.target->metric, "nll");
+  EXPECT_DOUBLE_EQ(c->stop.target->value, 0.3);
+  EXPECT_FALSE(c->stop.target->higher_is_better);
+  EXPECT_TRUE(c->stop.stop_when_pool_exhausted);
+  EXPECT_EQ(c->failure.retries, 2);
+  EXPECT_EQ(c->failure.min_members, 2);
+  EXPECT_DOUBLE_EQ(c->failure.heartbeat_timeout_s, 60);
+  EXPECT_DOUBLE_EQ(c->failure.attempt_timeout_s, 0);
+
+  // The JSON form is stable, and a config equals itself for resume.
+  auto again = ParseLoopConfig(kFull, "dir/loop.toml", "/base/dir");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(LoopConfigToJson(*c), LoopConfigToJson(*again));
+  EXPECT_EQ(LoopConfigFingerprint(*c), LoopConfigFingerprint(*again));
+  EXPECT_EQ(LoopConfigFingerprint(*c).size(), 32u);
+  EXPECT_TRUE(DiffLoopConfigs(*c, *again).empty());
+}
+
+TEST(LoopConfigTest, OptionalParts) {
+  std::string text = Replace(kFull, "devices = [\"cpu:0\", \"cpu:1\"]",
+                             "devices = \"auto\"\nrun_dir = \"/tmp/elsewhere/../r\"");
+  text += R"(label_budget = 500
+stop_when_pool_exhausted = false
+
+[oracle]
+kind = "command"
+command = ["./label.sh", "--fast"]
+
+[failure]
+retries = 0
+min_members = 1
+heartbeat_timeout_s = 5.5
+attempt_timeout_s = 600
+)";
+  auto c = ParseLoopConfig(text, "loop.toml", "/cfg");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->devices_auto);
+  EXPECT_TRUE(c->devices.empty());
+  EXPECT_EQ(c->run_dir, "/tmp/r");
+  EXPECT_EQ(c->stop.label_budget, 500);
+  EXPECT_FALSE(c->stop.stop_when_pool_exhausted);
+  EXPECT_EQ(c->oracle.kind, OracleConfig::Kind::kCommand);
+  ASSERT_EQ(c->oracle.command.size(), 2u);
+  EXPECT_EQ(c->oracle.command[0], "/cfg/label.sh");
+  EXPECT_EQ(c->oracle.command[1], "--fast");
+  EXPECT_EQ(c->failure.retries, 0);
+  EXPECT_EQ(c->failure.min_members, 1);
+  EXPECT_DOUBLE_EQ(c->failure.heartbeat_timeout_s, 5.5);
+  EXPECT_DOUBLE_EQ(c->failure.attempt_timeout_s, 600);
+}
+
+TEST(LoopConfigTest, ExampleParses) {
+  const fs::path example = fs::path(COHORT_SOURCE_DIR) / "examples/fashion-mnist/loop.toml";
+  auto c = LoadLoopConfig(example.string());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->members.size(), 8u);
+  EXPECT_EQ(c->devices.size(), 2u);
+  EXPECT_EQ(c->acquisition.strategy, "bald");
+  EXPECT_EQ(c->acquisition.batch_size, 1000);
+  EXPECT_EQ(c->oracle.kind, OracleConfig::Kind::kHiddenLabels);
+  EXPECT_EQ(c->stop.max_rounds, 5);
+  EXPECT_EQ(c->store.source, (example.parent_path() / "store").lexically_normal().string());
+  EXPECT_EQ(c->run_dir,
+            (example.parent_path() / "runs" / "fashion-mnist-bald").lexically_normal().string());
+  int cnns = 0;
+  for (const auto& m : c->members) cnns += m.train.model.find("conv2d") != std::string::npos;
+  EXPECT_GE(cnns, 2);
+  EXPECT_EQ(c->members[3].train.optimizer.name, "adamw");
+  EXPECT_EQ(c->members[0].train.optimizer.name, "adam");
+}
+
+TEST(LoopConfigTest, MissingFile) {
+  auto c = LoadLoopConfig("/nonexistent/loop.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().IsNotFound());
+  EXPECT_NE(c.status().message().find("/nonexistent/loop.toml"), std::string::npos);
+}
+
+TEST(LoopConfigTest, SyntaxError) {
+  std::string m = Error(Replace(kFull, "batch_size = 100", "batch_size = "));
+  EXPECT_EQ(m.rfind("dir/loop.toml:33: syntax: ", 0), 0u) << m;
+}
+
+TEST(LoopConfigTest, UnknownKeySuggestsClosest) {
+  EXPECT_EQ(Error(Replace(kFull, "strategy = \"entropy\"", "stratgy = \"entropy\"")),
+            "dir/loop.toml:32: acquisition.stratgy: unknown field (did you mean strategy?)");
+  EXPECT_EQ(Error(Replace(kFull, "threads_per_cpu_device = 2", "thread_per_cpu_device = 2")),
+            "dir/loop.toml:3: thread_per_cpu_device: unknown field (did you mean "
+            "threads_per_cpu_device?)");
+  // In a member: a loop key, a TrainConfig key, and a nested one (via TrainConfigFromJson).
+  EXPECT_EQ(Error(Replace(kFull, "name = \"b\"", "nmae = \"b\"")),
+            "dir/loop.toml:24: member[2].nmae: unknown field (did you mean name?)");
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 7", "epoch = 7")),
+            "dir/loop.toml:27: member[2].epoch: unknown field (did you mean epochs?)");
+  EXPECT_EQ(
+      Error(Replace(kFull, "optimizer = { learning_rate = 0.01 }", "optimizer = { lr = 0.01 }")),
+      "dir/loop.toml:29: member[2].optimizer.lr: unknown field (did you mean "
+      "learning_rate?)");
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epohcs = 3")),
+            "dir/loop.toml:13: defaults.epohcs: unknown field (did you mean epochs?)");
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 7", "device = { threads = 2 }")),
+            "dir/loop.toml:27: member[2].device: set by the loop from devices and "
+            "threads_per_cpu_device");
+}
+
+TEST(LoopConfigTest, WrongType) {
+  EXPECT_EQ(Error(Replace(kFull, "batch_size = 100", "batch_size = \"100\"")),
+            "dir/loop.toml:33: acquisition.batch_size: expected an integer, got \"100\"");
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 7", "epochs = \"7\"")),
+            "dir/loop.toml:27: member[2].epochs: expected an integer, got \"7\"");
+  EXPECT_EQ(Error(Replace(kFull, "batch_size = 100", "batch_size = 0")),
+            "dir/loop.toml:33: acquisition.batch_size: expected an integer >= 1, got 0");
+  EXPECT_EQ(Error(Replace(kFull, "[stop]", "[stop]\nstop_when_pool_exhausted = 1")),
+            "dir/loop.toml:36: stop.stop_when_pool_exhausted: expected true or false, got 1");
+}
+
+TEST(LoopConfigTest, BadDevice) {
+  EXPECT_EQ(Error(Replace(kFull, "\"cpu:1\"]", "\"gpu:1\"]")),
+            "dir/loop.toml:2: devices[2]: device \"gpu:1\": expected cpu, cpu:N, cuda or cuda:N");
+  EXPECT_EQ(Error(Replace(kFull, "\"cpu:1\"]", "\"cpu:0\"]")),
+            "dir/loop.toml:2: devices[2]: cpu:0 is listed twice");
+  EXPECT_EQ(Error(Replace(kFull, "[\"cpu:0\", \"cpu:1\"]", "\"all\"")),
+            "dir/loop.toml:2: devices: expected \"auto\" or a list like [\"cpu:0\", \"cpu:1\"], "
+            "got \"all\"");
+}
+
+TEST(LoopConfigTest, DuplicateMemberName) {
+  EXPECT_EQ(Error(Replace(kFull, "name = \"b\"", "name = \"a\"")),
+            "dir/loop.toml:24: member[2].name: 'a' is already the name of the member at line 18");
+}
+
+TEST(LoopConfigTest, BadModelSpec) {
+  EXPECT_EQ(Error(Replace(kFull, "dense 32 tanh,", "dense x,")),
+            "dir/loop.toml:25: member[2].model: layer 1 'dense x': 'x' is not a positive integer");
+}
+
+TEST(LoopConfigTest, BadTrainValue) {
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epochs = 0")),
+            "dir/loop.toml:13: defaults.epochs: must be at least 1, got 0");
+  EXPECT_EQ(
+      Error(Replace(kFull, "name = \"sgd\"", "name = \"lion\"")),
+      "dir/loop.toml:15: defaults.optimizer.name: unknown optimizer 'lion' (adam, adamw, sgd)");
+}
+
+TEST(LoopConfigTest, UnknownStrategy) {
+  std::string m = Error(Replace(kFull, "\"entropy\"", "\"entropi\""));
+  EXPECT_EQ(m.rfind("dir/loop.toml:32: acquisition.strategy: unknown strategy 'entropi' (did you "
+                    "mean entropy?); one of random, ",
+                    0),
+            0u)
+      << m;
+}
+
+TEST(LoopConfigTest, DisagreementStrategyNeedsTwoMembers) {
+  std::string text = Replace(kFull, "\"entropy\"", "\"bald\"");
+  text = Replace(text, "[[member]]\nname = \"b\"", "[[nobody]]\nname = \"b\"");
+  // [[nobody]] is itself unknown; check that first, then a real one-member config.
+  EXPECT_EQ(Error(text).rfind("dir/loop.toml:23: nobody: unknown field", 0), 0u);
+  std::string one = kFull;
+  one = Replace(one, "\"entropy\"", "\"bald\"");
+  one = one.substr(0, one.find("[[member]]\nname = \"b\"")) + one.substr(one.find("[acquisition]"));
+  std::string m = Error(one);
+  EXPECT_EQ(m.rfind("dir/loop.toml:", 0), 0u) << m;
+  EXPECT_NE(m.find("acquisition.strategy: 'bald' measures disagreement"), std::string::npos) << m;
+}
+
+TEST(LoopConfigTest, CommandOracleWithoutCommand) {
+  EXPECT_EQ(Error(std::string(kFull) + "\n[oracle]\nkind = \"command\"\n"),
+            "dir/loop.toml:40: oracle.kind: kind = \"command\" needs command = [\"program\", "
+            "\"arg\", ...]");
+  EXPECT_EQ(Error(std::string(kFull) + "\n[oracle]\ncommand = [\"x\"]\n"),
+            "dir/loop.toml:40: oracle.command: only for kind = \"command\"");
+}
+
+TEST(LoopConfigTest, NoStopRule) {
+  std::string text = Replace(kFull, "max_rounds = 4\ntarget = { metric = \"nll\", value = 0.3 }\n",
+                             "stop_when_pool_exhausted = true\n");
+  EXPECT_EQ(Error(text),
+            "dir/loop.toml:35: stop: no stop rule: set at least one of max_rounds, label_budget "
+            "or target");
+  EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\"", "metric = \"f1\"")),
+            "dir/loop.toml:37: stop.target.metric: unknown metric 'f1' (accuracy, nll, brier, "
+            "ece, rmse)");
+}
+
+TEST(LoopConfigTest, MinMembersAboveMembers) {
+  EXPECT_EQ(Error(std::string(kFull) + "\n[failure]\nmin_members = 3\n"),
+            "dir/loop.toml:40: failure.min_members: 3 is more than the 2 members configured");
+}
+
+TEST(LoopConfigTest, MissingRequired) {
+  EXPECT_EQ(Error(Replace(kFull, "name = \"demo\"\n", "")),
+            "dir/loop.toml:1: name: missing (the run's name)");
+  EXPECT_EQ(Error(Replace(kFull, "model = \"dense 64 relu, dense 10\"\n", "")),
+            "dir/loop.toml:18: member[1].model: missing (a model spec, here or in [defaults])");
+  EXPECT_EQ(Error(Replace(kFull, "name = \"a\"", "name = \"a/b\"")).find("member[1].name: 'a/b'"),
+            std::string("dir/loop.toml:19: ").size());
+}
+
+TEST(LoopConfigTest, SlurmIsNotAvailableYet) {
+  EXPECT_EQ(Error(Replace(kFull, "launcher = \"local\"", "launcher = \"slurm\"")),
+            "dir/loop.toml:5: launcher: \"slurm\" is not available yet; use \"local\"");
+  EXPECT_EQ(Error(Replace(kFull, "launcher = \"local\"", "launcher = \"ssh\"")),
+            "dir/loop.toml:5: launcher: unknown launcher 'ssh' (local, slurm)");
+}
+
+TEST(LoopConfigTest, ResumeCompatibility) {
+  auto old_config = ParseLoopConfig(kFull, "loop.toml", "/b");
+  ASSERT_TRUE(old_config.ok());
+  auto check = [&](const std::string& text) {
+    auto now = ParseLoopConfig(text, "loop.toml", "/b");
+    EXPECT_TRUE(now.ok()) << now.status().ToString();
+    return now.ok() ? CheckResumeCompatible(*old_config, *now) : now.status();
+  };
+  // Safe.
+  for (const std::string& text :
+       {Replace(kFull, "max_rounds = 4", "max_rounds = 10"),
+        Replace(kFull, "max_rounds = 4", "max_rounds = 4\nlabel_budget = 1000"),
+        Replace(kFull, "value = 0.3", "value = 0.2"),
+        Replace(kFull, "[\"cpu:0\", \"cpu:1\"]", "[\"cpu:0\", \"cpu:1\", \"cpu:2\"]"),
+        Replace(kFull, "threads_per_cpu_device = 2", "threads_per_cpu_device = 1"),
+        std::string(kFull) + "\n[failure]\nretries = 5\nheartbeat_timeout_s = 120\n"
+                             "attempt_timeout_s = 3600\nmin_members = 1\n"}) {
+    Status s = check(text);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  auto now =
+      ParseLoopConfig(Replace(kFull, "max_rounds = 4", "max_rounds = 10"), "loop.toml", "/b");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(LoopConfigFingerprint(*old_config), LoopConfigFingerprint(*now));
+  auto changes = DiffLoopConfigs(*old_config, *now);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].field, "stop.max_rounds");
+  EXPECT_EQ(changes[0].before, "4");
+  EXPECT_EQ(changes[0].after, "10");
+  EXPECT_TRUE(changes[0].safe_on_resume);
+
+  // Unsafe: each names its field.
+  struct Case {
+    std::string text;
+    std::string field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {Replace(kFull, "seed = 2", "seed = 3"), "member[2].seed"},
+           {Replace(kFull, "dense 64 relu", "dense 65 relu"), "member[1].model"},
+           {Replace(kFull, "epochs = 7", "epochs = 8"), "member[2].epochs"},
+           {Replace(kFull, "learning_rate = 0.01", "learning_rate = 0.02"),
+            "member[2].optimizer.learning_rate"},
+           {Replace(kFull, "warm_start = false", "warm_start = true"), "member[2].warm_start"},
+           {Replace(kFull, "name = \"b\"", "name = \"c\""), "member[2].name"},
+           {Replace(kFull, "[acquisition]",
+                    "[[member]]\nname = \"c\"\nmodel = \"dense 10\"\n\n"
+                    "[acquisition]"),
+            "member"},
+           {Replace(kFull, "\"entropy\"", "\"margin\""), "acquisition.strategy"},
+           {Replace(kFull, "batch_size = 100", "batch_size = 200"), "acquisition.batch_size"},
+           {Replace(kFull, "batch_size = 100", "batch_size = 100\nseed = 9"), "acquisition.seed"},
+           {Replace(kFull, "train = \"labelled\"", "train = \"train\""), "store.train"},
+           {Replace(kFull, "generation = 3", "generation = 4"), "store.generation"},
+           {std::string(kFull) + "\n[oracle]\nkind = \"command\"\ncommand = [\"x\"]\n",
+            "oracle.command"},
+       }) {
+    Status s = check(c.text);
+    ASSERT_FALSE(s.ok()) << c.field;
+    EXPECT_EQ(s.message().rfind("loop.toml: " + c.field + ": changed from ", 0), 0u) << s.message();
+    auto changed = ParseLoopConfig(c.text, "loop.toml", "/b");
+    EXPECT_NE(LoopConfigFingerprint(*old_config), LoopConfigFingerprint(*changed)) << c.field;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::loop

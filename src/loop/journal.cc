@@ -1,0 +1,778 @@
+#include "loop/journal.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "store/manifest.h"  // NowIso8601
+
+namespace cohort::loop {
+
+namespace {
+
+constexpr const char* kRunStatusNames[] = {"running", "finished", "failed", "stopped"};
+constexpr const char* kRoundStatusNames[] = {"training",   "predicting", "acquiring", "labelling",
+                                             "committing", "done",       "failed"};
+constexpr const char* kAttemptStatusNames[] = {"running", "done", "failed", "killed"};
+
+template <typename E, std::size_t N>
+bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
+  for (std::size_t i = 0; i < N; i++) {
+    if (text == names[i]) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The schema of version 1. docs/journal.md documents every column; keep the two in step.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE runs (
+  id                 INTEGER PRIMARY KEY,
+  name               TEXT NOT NULL UNIQUE,
+  config_toml        TEXT NOT NULL,
+  config_fingerprint TEXT NOT NULL,
+  source_store       TEXT NOT NULL,
+  source_generation  INTEGER NOT NULL,
+  started_at         TEXT NOT NULL,
+  status             TEXT NOT NULL
+                     CHECK (status IN ('running', 'finished', 'failed', 'stopped')),
+  ended_at           TEXT
+);
+CREATE TABLE rounds (
+  run_id            INTEGER NOT NULL REFERENCES runs(id),
+  round             INTEGER NOT NULL,
+  input_generation  INTEGER NOT NULL,
+  output_generation INTEGER,
+  status            TEXT NOT NULL CHECK (status IN ('training', 'predicting', 'acquiring',
+                                         'labelling', 'committing', 'done', 'failed')),
+  started_at        TEXT NOT NULL,
+  ended_at          TEXT,
+  train_s           REAL,
+  predict_s         REAL,
+  acquire_s         REAL,
+  label_s           REAL,
+  commit_s          REAL,
+  idle_s            REAL,
+  labels_total      INTEGER,
+  test_accuracy     REAL,
+  test_nll          REAL,
+  test_brier        REAL,
+  test_ece          REAL,
+  error             TEXT,
+  PRIMARY KEY (run_id, round)
+);
+CREATE TABLE attempts (
+  id               INTEGER PRIMARY KEY,
+  run_id           INTEGER NOT NULL,
+  round            INTEGER NOT NULL,
+  member           TEXT NOT NULL,
+  attempt          INTEGER NOT NULL,
+  device           TEXT NOT NULL,
+  pid              INTEGER,
+  status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'killed')),
+  exit             TEXT,
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
+  checkpoint       TEXT,
+  log_path         TEXT,
+  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+  UNIQUE (run_id, round, member, attempt),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+);
+CREATE TABLE epochs (
+  attempt_id   INTEGER NOT NULL REFERENCES attempts(id),
+  epoch        INTEGER NOT NULL,
+  train_loss   REAL,
+  val_loss     REAL,
+  val_accuracy REAL,
+  lr           REAL,
+  seconds      REAL,
+  PRIMARY KEY (attempt_id, epoch)
+);
+CREATE TABLE member_metrics (
+  run_id INTEGER NOT NULL,
+  round  INTEGER NOT NULL,
+  member TEXT NOT NULL,
+  metric TEXT NOT NULL,
+  value  REAL,
+  PRIMARY KEY (run_id, round, member, metric),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+);
+CREATE TABLE acquisitions (
+  run_id    INTEGER NOT NULL,
+  round     INTEGER NOT NULL,
+  rank      INTEGER NOT NULL,
+  sample_id INTEGER NOT NULL,
+  score     REAL,
+  PRIMARY KEY (run_id, round, rank),
+  UNIQUE (run_id, round, sample_id),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+);
+)sql";
+
+// The column list every round reader selects, in the order ReadRound expects.
+#define COHORT_ROUND_COLUMNS                                                                \
+  "run_id, round, input_generation, output_generation, status, started_at, ended_at, "      \
+  "train_s, predict_s, acquire_s, label_s, commit_s, idle_s, labels_total, test_accuracy, " \
+  "test_nll, test_brier, test_ece, error"
+
+#define COHORT_ATTEMPT_COLUMNS                                                            \
+  "id, run_id, round, member, attempt, device, pid, status, exit, started_at, ended_at, " \
+  "metrics_json, checkpoint, log_path, predictions_json"
+
+}  // namespace
+
+std::string_view RunStatusName(RunStatus s) { return kRunStatusNames[static_cast<int>(s)]; }
+std::string_view RoundStatusName(RoundStatus s) { return kRoundStatusNames[static_cast<int>(s)]; }
+std::string_view AttemptStatusName(AttemptStatus s) {
+  return kAttemptStatusNames[static_cast<int>(s)];
+}
+
+// A prepared statement in use: binds by 1-based index, steps, and is reset (bindings cleared)
+// when it goes out of scope so the cached statement is ready for the next call.
+class Journal::Stmt {
+ public:
+  Stmt(Journal* j, sqlite3_stmt* s, const char* purpose) : j_(j), s_(s), purpose_(purpose) {}
+  ~Stmt() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  void Int(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void Real(int i, double v) { sqlite3_bind_double(s_, i, v); }
+  void Real(int i, const std::optional<double>& v) {
+    if (v)
+      sqlite3_bind_double(s_, i, *v);
+    else
+      sqlite3_bind_null(s_, i);
+  }
+  void Text(int i, std::string_view v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  // Binds NULL for an empty string.
+  void TextOrNull(int i, std::string_view v) {
+    if (v.empty())
+      sqlite3_bind_null(s_, i);
+    else
+      Text(i, v);
+  }
+
+  // Steps once: true with a row, false when done.
+  Result<bool> Step() {
+    int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return j_->Error(rc, purpose_);
+  }
+  // Steps a statement that returns no rows.
+  Status Run() {
+    Result<bool> r = Step();
+    if (!r.ok()) return r.status();
+    sqlite3_reset(s_);
+    return Status::OK();
+  }
+
+  int64_t ColInt(int c) const { return sqlite3_column_int64(s_, c); }
+  bool IsNull(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  std::optional<int64_t> ColOptInt(int c) const {
+    return IsNull(c) ? std::nullopt : std::optional<int64_t>(ColInt(c));
+  }
+  std::optional<double> ColOptReal(int c) const {
+    return IsNull(c) ? std::nullopt : std::optional<double>(sqlite3_column_double(s_, c));
+  }
+  double ColReal(int c) const { return sqlite3_column_double(s_, c); }
+  std::string ColText(int c) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, c));
+    return p == nullptr ? std::string() : std::string(p, sqlite3_column_bytes(s_, c));
+  }
+  std::optional<std::string> ColOptText(int c) const {
+    return IsNull(c) ? std::nullopt : std::optional<std::string>(ColText(c));
+  }
+  const char* purpose() const { return purpose_; }
+
+ private:
+  Journal* j_;
+  sqlite3_stmt* s_;
+  const char* purpose_;
+};
+
+// BEGIN IMMEDIATE on construction (Begin), ROLLBACK on destruction unless committed.
+class Journal::Txn {
+ public:
+  explicit Txn(Journal* j) : j_(j) {}
+  ~Txn() {
+    if (open_) sqlite3_exec(j_->db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+  Status Begin(const char* purpose) {
+    purpose_ = purpose;
+    COHORT_RETURN_IF_ERROR(j_->Exec("BEGIN IMMEDIATE", purpose));
+    open_ = true;
+    return Status::OK();
+  }
+  Status Commit() {
+    COHORT_RETURN_IF_ERROR(j_->Exec("COMMIT", purpose_));
+    open_ = false;
+    return Status::OK();
+  }
+
+ private:
+  Journal* j_;
+  const char* purpose_ = "";
+  bool open_ = false;
+};
+
+Journal::Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+
+Journal::~Journal() {
+  for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
+
+Status Journal::Error(int rc, const char* purpose) const {
+  const char* detail = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  std::string msg = path_ + ": " + purpose + ": " + detail;
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Status::Busy(msg);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return Status::Corruption(msg);
+    case SQLITE_CONSTRAINT:
+      if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
+        return Status::AlreadyExists(msg);
+      }
+      return Status::InvalidArgument(msg);
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE:
+    case SQLITE_ERROR:
+      return Status::InvalidArgument(msg);
+    default:
+      return Status::IOError(msg);
+  }
+}
+
+Status Journal::Exec(const char* sql, const char* purpose) {
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  return rc == SQLITE_OK ? Status::OK() : Error(rc, purpose);
+}
+
+Result<sqlite3_stmt*> Journal::Prepare(const char* sql, const char* purpose) {
+  auto it = stmts_.find(sql);
+  if (it != stmts_.end()) return it->second;
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, purpose);
+  stmts_.emplace(sql, stmt);
+  return stmt;
+}
+
+#define COHORT_STMT_(var, sql, purpose)                                     \
+  COHORT_ASSIGN_OR_RETURN(sqlite3_stmt* var##_raw_, Prepare(sql, purpose)); \
+  Stmt var(this, var##_raw_, purpose)
+
+Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
+                                               const JournalOptions& options) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  std::unique_ptr<Journal> j(new Journal(path, db));
+  if (rc != SQLITE_OK) {
+    Status s = j->Error(rc, "open");
+    return db == nullptr ? Status::IOError(path + ": open: out of memory") : s;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  COHORT_RETURN_IF_ERROR(j->Init(options));
+  return j;
+}
+
+Status Journal::Init(const JournalOptions& options) {
+  sqlite3_busy_timeout(db_, options.busy_timeout_ms);
+  // The first statement that reads the file: a file that is not a database fails here.
+  {
+    COHORT_STMT_(mode, "PRAGMA journal_mode=WAL", "open the journal (WAL mode)");
+    COHORT_ASSIGN_OR_RETURN(bool row, mode.Step());
+    if (!row || mode.ColText(0) != "wal") {
+      return Status::IOError(path_ + ": set WAL mode: the database refused journal_mode=WAL");
+    }
+  }
+  COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous=FULL"));
+  COHORT_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
+
+  // Create the schema once; another process may be doing the same, so check under the lock.
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin("create the schema"));
+  int64_t version = 0;
+  {
+    COHORT_STMT_(uv, "PRAGMA user_version", "read the schema version");
+    COHORT_ASSIGN_OR_RETURN(bool row, uv.Step());
+    if (row) version = uv.ColInt(0);
+  }
+  if (version > kJournalSchemaVersion) {
+    return Status::InvalidArgument(path_ + ": journal schema version " + std::to_string(version) +
+                                   " was written by a newer cohort; this build reads up to " +
+                                   std::to_string(kJournalSchemaVersion));
+  }
+  if (version == kJournalSchemaVersion) return txn.Commit();
+  {
+    COHORT_STMT_(count, "SELECT count(*) FROM sqlite_schema", "inspect the database");
+    COHORT_ASSIGN_OR_RETURN(bool row, count.Step());
+    if (row && count.ColInt(0) != 0) {
+      return Status::InvalidArgument(path_ +
+                                     ": an SQLite database that is not a cohort journal "
+                                     "(tables present, user_version 0)");
+    }
+  }
+  COHORT_RETURN_IF_ERROR(Exec(kSchemaV1, "create the schema"));
+  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=1", "set the schema version"));
+  return txn.Commit();
+}
+
+// ---- runs
+
+Result<int64_t> Journal::StartRun(const RunStart& run) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "start run";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "INSERT INTO runs (name, config_toml, config_fingerprint, source_store, "
+               "source_generation, started_at, status) VALUES (?, ?, ?, ?, ?, ?, 'running')",
+               purpose);
+  st.Text(1, run.name);
+  st.Text(2, run.config_toml);
+  st.Text(3, run.config_fingerprint);
+  st.Text(4, run.source_store);
+  st.Int(5, static_cast<int64_t>(run.source_generation));
+  st.Text(6, store::NowIso8601());
+  COHORT_RETURN_IF_ERROR(st.Run());
+  int64_t id = sqlite3_last_insert_rowid(db_);
+  COHORT_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Result<RunRecord> Journal::FindRun(const std::string& name) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT id, name, config_toml, config_fingerprint, source_store, "
+               "source_generation, started_at, status, ended_at FROM runs WHERE name = ?",
+               "find run");
+  st.Text(1, name);
+  COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return Status::NotFound(path_ + ": no run named '" + name + "'");
+  RunRecord r;
+  r.id = st.ColInt(0);
+  r.name = st.ColText(1);
+  r.config_toml = st.ColText(2);
+  r.config_fingerprint = st.ColText(3);
+  r.source_store = st.ColText(4);
+  r.source_generation = static_cast<uint64_t>(st.ColInt(5));
+  r.started_at = st.ColText(6);
+  std::string status = st.ColText(7);
+  if (!ParseEnum(kRunStatusNames, status, &r.status)) {
+    return Status::Corruption(path_ + ": run '" + name + "' has unknown status '" + status + "'");
+  }
+  r.ended_at = st.ColOptText(8);
+  return r;
+}
+
+Status Journal::SetRunStatus(int64_t run_id, RunStatus status) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "set run status";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st, "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?", purpose);
+  st.Text(1, RunStatusName(status));
+  st.TextOrNull(2, status == RunStatus::kRunning ? std::string() : store::NowIso8601());
+  st.Int(3, run_id);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return Status::NotFound(path_ + ": " + purpose + ": no run with id " + std::to_string(run_id));
+  }
+  return txn.Commit();
+}
+
+// ---- rounds
+
+template <typename BindFn>
+Status Journal::UpdateRound(int64_t run_id, int64_t round, const char* sql, const char* purpose,
+                            BindFn bind) {
+  std::lock_guard lock(mu_);
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st, sql, purpose);
+  // The statement's last two parameters are the run id and the round.
+  int n = bind(st);
+  st.Int(n + 1, run_id);
+  st.Int(n + 2, round);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return Status::NotFound(path_ + ": " + purpose + ": run " + std::to_string(run_id) +
+                            " has no round " + std::to_string(round));
+  }
+  return txn.Commit();
+}
+
+Status Journal::BeginRound(int64_t run_id, int64_t round, uint64_t input_generation) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "begin round";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "INSERT INTO rounds (run_id, round, input_generation, status, started_at) "
+               "VALUES (?, ?, ?, 'training', ?)",
+               purpose);
+  st.Int(1, run_id);
+  st.Int(2, round);
+  st.Int(3, static_cast<int64_t>(input_generation));
+  st.Text(4, store::NowIso8601());
+  COHORT_RETURN_IF_ERROR(st.Run());
+  return txn.Commit();
+}
+
+Status Journal::SetRoundPhase(int64_t run_id, int64_t round, RoundStatus phase) {
+  if (phase == RoundStatus::kDone || phase == RoundStatus::kFailed) {
+    return Status::InvalidArgument(
+        path_ + ": set round phase: use FinishRound or FailRound to end a round");
+  }
+  return UpdateRound(run_id, round, "UPDATE rounds SET status = ? WHERE run_id = ? AND round = ?",
+                     "set round phase", [&](Stmt& st) {
+                       st.Text(1, RoundStatusName(phase));
+                       return 1;
+                     });
+}
+
+Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o) {
+  return UpdateRound(
+      run_id, round,
+      "UPDATE rounds SET status = 'done', ended_at = ?, output_generation = ?, labels_total = ?, "
+      "train_s = ?, predict_s = ?, acquire_s = ?, label_s = ?, commit_s = ?, idle_s = ?, "
+      "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, error = NULL "
+      "WHERE run_id = ? AND round = ?",
+      "finish round", [&](Stmt& st) {
+        st.Text(1, store::NowIso8601());
+        st.Int(2, static_cast<int64_t>(o.output_generation));
+        st.Int(3, o.labels_total);
+        st.Real(4, o.timings.train_s);
+        st.Real(5, o.timings.predict_s);
+        st.Real(6, o.timings.acquire_s);
+        st.Real(7, o.timings.label_s);
+        st.Real(8, o.timings.commit_s);
+        st.Real(9, o.timings.idle_s);
+        st.Real(10, o.test.accuracy);
+        st.Real(11, o.test.nll);
+        st.Real(12, o.test.brier);
+        st.Real(13, o.test.ece);
+        return 13;
+      });
+}
+
+Status Journal::FailRound(int64_t run_id, int64_t round, const std::string& error) {
+  return UpdateRound(
+      run_id, round,
+      "UPDATE rounds SET status = 'failed', ended_at = ?, error = ? WHERE run_id = ? AND round = ?",
+      "fail round", [&](Stmt& st) {
+        st.Text(1, store::NowIso8601());
+        st.Text(2, error);
+        return 2;
+      });
+}
+
+// ---- attempts
+
+Result<int64_t> Journal::BeginAttempt(const AttemptStart& a) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "begin attempt";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "INSERT INTO attempts (run_id, round, member, attempt, device, pid, status, "
+               "started_at, log_path) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+               purpose);
+  st.Int(1, a.run_id);
+  st.Int(2, a.round);
+  st.Text(3, a.member);
+  st.Int(4, a.attempt);
+  st.Text(5, a.device);
+  if (a.pid != 0) st.Int(6, a.pid);
+  st.Text(7, store::NowIso8601());
+  st.TextOrNull(8, a.log_path);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  int64_t id = sqlite3_last_insert_rowid(db_);
+  COHORT_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Status Journal::SetAttemptPid(int64_t attempt_id, int64_t pid) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "set attempt pid";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st, "UPDATE attempts SET pid = ? WHERE id = ?", purpose);
+  st.Int(1, pid);
+  st.Int(2, attempt_id);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return Status::NotFound(path_ + ": " + purpose + ": no attempt " + std::to_string(attempt_id));
+  }
+  return txn.Commit();
+}
+
+Status Journal::FinishAttempt(int64_t attempt_id, const AttemptEnd& end) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "finish attempt";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "UPDATE attempts SET status = ?, exit = ?, ended_at = ?, metrics_json = ?, "
+               "checkpoint = ?, predictions_json = ? WHERE id = ?",
+               purpose);
+  st.Text(1, AttemptStatusName(end.status));
+  st.TextOrNull(2, end.exit);
+  st.Text(3, store::NowIso8601());
+  st.TextOrNull(4, end.metrics_json);
+  st.TextOrNull(5, end.checkpoint);
+  st.TextOrNull(6, end.predictions_json);
+  st.Int(7, attempt_id);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return Status::NotFound(path_ + ": " + purpose + ": no attempt " + std::to_string(attempt_id));
+  }
+  return txn.Commit();
+}
+
+Status Journal::AddEpochs(int64_t attempt_id, const std::vector<EpochRecord>& epochs) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "add epochs";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "INSERT INTO epochs (attempt_id, epoch, train_loss, val_loss, val_accuracy, lr, "
+               "seconds) VALUES (?, ?, ?, ?, ?, ?, ?)",
+               purpose);
+  for (const EpochRecord& e : epochs) {
+    st.Int(1, attempt_id);
+    st.Int(2, e.epoch);
+    st.Real(3, e.train_loss);
+    st.Real(4, e.val_loss);
+    st.Real(5, e.val_accuracy);
+    st.Real(6, e.lr);
+    st.Real(7, e.seconds);
+    COHORT_RETURN_IF_ERROR(st.Run());
+  }
+  return txn.Commit();
+}
+
+Status Journal::RecordMemberMetrics(int64_t run_id, int64_t round, const std::string& member,
+                                    const std::map<std::string, double>& metrics) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "record member metrics";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st,
+               "INSERT OR REPLACE INTO member_metrics (run_id, round, member, metric, value) "
+               "VALUES (?, ?, ?, ?, ?)",
+               purpose);
+  for (const auto& [name, value] : metrics) {
+    st.Int(1, run_id);
+    st.Int(2, round);
+    st.Text(3, member);
+    st.Text(4, name);
+    st.Real(5, value);
+    COHORT_RETURN_IF_ERROR(st.Run());
+  }
+  return txn.Commit();
+}
+
+Status Journal::RecordAcquisition(int64_t run_id, int64_t round,
+                                  const std::vector<AcquiredSample>& samples) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "record acquisition";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  {
+    COHORT_STMT_(del, "DELETE FROM acquisitions WHERE run_id = ? AND round = ?", purpose);
+    del.Int(1, run_id);
+    del.Int(2, round);
+    COHORT_RETURN_IF_ERROR(del.Run());
+  }
+  COHORT_STMT_(st,
+               "INSERT INTO acquisitions (run_id, round, rank, sample_id, score) "
+               "VALUES (?, ?, ?, ?, ?)",
+               purpose);
+  for (std::size_t i = 0; i < samples.size(); i++) {
+    st.Int(1, run_id);
+    st.Int(2, round);
+    st.Int(3, static_cast<int64_t>(i));
+    st.Int(4, samples[i].sample_id);
+    st.Real(5, samples[i].score);
+    COHORT_RETURN_IF_ERROR(st.Run());
+  }
+  return txn.Commit();
+}
+
+// ---- readers
+
+namespace {
+
+template <typename S>
+Result<RoundRecord> ReadRound(const S& st, const std::string& path) {
+  RoundRecord r;
+  r.run_id = st.ColInt(0);
+  r.round = st.ColInt(1);
+  r.input_generation = static_cast<uint64_t>(st.ColInt(2));
+  if (auto g = st.ColOptInt(3)) r.output_generation = static_cast<uint64_t>(*g);
+  std::string status = st.ColText(4);
+  if (!ParseEnum(kRoundStatusNames, status, &r.status)) {
+    return Status::Corruption(path + ": round " + std::to_string(r.round) +
+                              " has unknown status '" + status + "'");
+  }
+  r.started_at = st.ColText(5);
+  r.ended_at = st.ColOptText(6);
+  r.timings.train_s = st.ColReal(7);
+  r.timings.predict_s = st.ColReal(8);
+  r.timings.acquire_s = st.ColReal(9);
+  r.timings.label_s = st.ColReal(10);
+  r.timings.commit_s = st.ColReal(11);
+  r.timings.idle_s = st.ColReal(12);
+  r.labels_total = st.ColOptInt(13);
+  r.test.accuracy = st.ColOptReal(14);
+  r.test.nll = st.ColOptReal(15);
+  r.test.brier = st.ColOptReal(16);
+  r.test.ece = st.ColOptReal(17);
+  r.error = st.ColOptText(18);
+  return r;
+}
+
+}  // namespace
+
+Result<std::optional<RoundRecord>> Journal::LastRound(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT " COHORT_ROUND_COLUMNS
+               " FROM rounds WHERE run_id = ? ORDER BY round DESC LIMIT 1",
+               "read the last round");
+  st.Int(1, run_id);
+  COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<RoundRecord>();
+  COHORT_ASSIGN_OR_RETURN(RoundRecord r, ReadRound(st, path_));
+  return std::optional<RoundRecord>(std::move(r));
+}
+
+Result<std::vector<RoundRecord>> Journal::RoundsOf(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st, "SELECT " COHORT_ROUND_COLUMNS " FROM rounds WHERE run_id = ? ORDER BY round",
+               "read rounds");
+  st.Int(1, run_id);
+  std::vector<RoundRecord> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    COHORT_ASSIGN_OR_RETURN(RoundRecord r, ReadRound(st, path_));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::vector<AttemptRecord>> Journal::AttemptsOfRound(int64_t run_id, int64_t round) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT " COHORT_ATTEMPT_COLUMNS
+               " FROM attempts WHERE run_id = ? AND round = ? ORDER BY member, attempt",
+               "read attempts");
+  st.Int(1, run_id);
+  st.Int(2, round);
+  std::vector<AttemptRecord> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    AttemptRecord a;
+    a.id = st.ColInt(0);
+    a.run_id = st.ColInt(1);
+    a.round = st.ColInt(2);
+    a.member = st.ColText(3);
+    a.attempt = static_cast<int>(st.ColInt(4));
+    a.device = st.ColText(5);
+    a.pid = st.ColOptInt(6);
+    std::string status = st.ColText(7);
+    if (!ParseEnum(kAttemptStatusNames, status, &a.status)) {
+      return Status::Corruption(path_ + ": attempt " + std::to_string(a.id) +
+                                " has unknown status '" + status + "'");
+    }
+    a.exit = st.ColOptText(8);
+    a.started_at = st.ColText(9);
+    a.ended_at = st.ColOptText(10);
+    a.metrics_json = st.ColOptText(11);
+    a.checkpoint = st.ColOptText(12);
+    a.log_path = st.ColOptText(13);
+    a.predictions_json = st.ColOptText(14);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Result<std::vector<EpochRecord>> Journal::EpochsOf(int64_t attempt_id) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT epoch, train_loss, val_loss, val_accuracy, lr, seconds FROM epochs "
+               "WHERE attempt_id = ? ORDER BY epoch",
+               "read epochs");
+  st.Int(1, attempt_id);
+  std::vector<EpochRecord> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    EpochRecord e;
+    e.epoch = st.ColInt(0);
+    e.train_loss = st.ColReal(1);
+    e.val_loss = st.ColOptReal(2);
+    e.val_accuracy = st.ColOptReal(3);
+    e.lr = st.ColReal(4);
+    e.seconds = st.ColReal(5);
+    out.push_back(e);
+  }
+  return out;
+}
+
+Result<std::map<std::string, std::map<std::string, double>>> Journal::MemberMetricsOf(
+    int64_t run_id, int64_t round) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT member, metric, value FROM member_metrics WHERE run_id = ? AND round = ?",
+               "read member metrics");
+  st.Int(1, run_id);
+  st.Int(2, round);
+  std::map<std::string, std::map<std::string, double>> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out[st.ColText(0)][st.ColText(1)] = st.ColReal(2);
+  }
+  return out;
+}
+
+Result<std::vector<AcquiredSample>> Journal::AcquisitionsOf(int64_t run_id, int64_t round) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT sample_id, score FROM acquisitions WHERE run_id = ? AND round = ? "
+               "ORDER BY rank",
+               "read acquisitions");
+  st.Int(1, run_id);
+  st.Int(2, round);
+  std::vector<AcquiredSample> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back({st.ColInt(0), st.ColReal(1)});
+  }
+  return out;
+}
+
+}  // namespace cohort::loop
