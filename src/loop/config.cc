@@ -13,6 +13,7 @@
 #include <toml.hpp>
 #include <utility>
 
+#include "common/closest_name.h"
 #include "loop/acquisition.h"
 #include "model/config_json.h"
 #include "model/spec.h"
@@ -24,54 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using TV = toml::basic_value<toml::discard_comments, std::map, std::vector>;
-
-// ---------------------------------------------------------------------------------------------
-// Suggestions for unknown keys (the same rule as the member config's: edit distance, then
-// abbreviation).
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[n][m];
-}
-
-std::string Closest(const std::string& key, const std::vector<std::string>& names) {
-  std::string k;
-  for (char c : key) {
-    k.push_back(c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  }
-  const size_t limit = k.size() <= 4 ? 1 : k.size() <= 8 ? 2 : 3;
-  std::string best;
-  size_t best_distance = limit + 1;
-  for (const auto& name : names) {
-    size_t d = EditDistance(k, name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = name;
-    }
-  }
-  if (!best.empty()) return best;
-  for (const auto& name : names) {
-    if (k.size() < 2 || k.size() >= name.size() || k[0] != name[0]) continue;
-    size_t j = 0;
-    for (char c : name) {
-      if (j < k.size() && k[j] == c) j++;
-    }
-    if (j == k.size() && (best.empty() || name.size() < best.size())) best = name;
-  }
-  return best;
-}
 
 // ---------------------------------------------------------------------------------------------
 // TOML values.
@@ -170,7 +123,7 @@ class Reader {
     if (table_ == nullptr || known.empty()) return;  // empty: the caller checks the keys
     for (const auto& [key, value] : table_->as_table()) {
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string suggestion = Closest(key, known);
+      std::string suggestion = ClosestName(key, known);
       errors_->Fail(
           LineOf(value), prefix_ + key,
           "unknown field" + (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)"));
@@ -326,7 +279,7 @@ bool CheckLoopKeyTypos(Errors* errors, const TV& table, const std::vector<std::s
   for (const auto& [key, value] : table.as_table()) {
     if (std::find(loop_keys.begin(), loop_keys.end(), key) != loop_keys.end()) continue;
     if (std::find(train_keys.begin(), train_keys.end(), key) != train_keys.end()) continue;
-    std::string suggestion = Closest(key, loop_keys);
+    std::string suggestion = ClosestName(key, loop_keys);
     if (!suggestion.empty()) {
       errors->Fail(LineOf(value), prefix + key, "unknown field (did you mean " + suggestion + "?)");
       return false;
@@ -609,7 +562,7 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
       if (std::find(names.begin(), names.end(), c->acquisition.strategy) == names.end()) {
         std::string list;
         for (const auto& s : names) list += (list.empty() ? "" : ", ") + s;
-        std::string suggestion = Closest(c->acquisition.strategy, names);
+        std::string suggestion = ClosestName(c->acquisition.strategy, names);
         a.Fail("strategy", "unknown strategy '" + c->acquisition.strategy + "'" +
                                (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
                                "; one of " + list);

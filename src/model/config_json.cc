@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/closest_name.h"
 #include "common/json_text.h"
 
 namespace cohort::model {
@@ -17,65 +18,6 @@ namespace cohort::model {
 namespace {
 
 using nlohmann::json;
-
-std::string Folded(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    out.push_back(c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  }
-  return out;
-}
-
-// Optimal string alignment distance (Levenshtein plus adjacent transpositions).
-size_t EditDistance(std::string_view a, std::string_view b) {
-  const size_t n = a.size();
-  const size_t m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[n][m];
-}
-
-// Whether `key` is an abbreviation of `name`: its letters appear in order, starting with the
-// same one ("lr" for learning_rate, "val_fraction" for validation_fraction).
-bool Abbreviates(std::string_view key, std::string_view name) {
-  if (key.size() < 2 || key.size() >= name.size() || key[0] != name[0]) return false;
-  size_t j = 0;
-  for (char c : name) {
-    if (j < key.size() && key[j] == c) j++;
-  }
-  return j == key.size();
-}
-
-// The known name closest to `key`, or "" when none is close enough to be a likely typo.
-std::string Closest(const std::string& key, const std::vector<std::string>& names) {
-  const std::string k = Folded(key);
-  const size_t limit = k.size() <= 4 ? 1 : k.size() <= 8 ? 2 : 3;
-  std::string best;
-  size_t best_distance = limit + 1;
-  for (const auto& name : names) {
-    size_t d = EditDistance(k, name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = name;
-    }
-  }
-  if (!best.empty()) return best;
-  for (const auto& name : names) {
-    if (Abbreviates(k, name) && (best.empty() || name.size() < best.size())) best = name;
-  }
-  return best;
-}
 
 // Reads one JSON object into a struct, field by field; the first problem wins.
 class ObjectReader {
@@ -156,9 +98,9 @@ class ObjectReader {
     if (!status_->ok()) return;
     for (const auto& [key, value] : j_.items()) {
       if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
-      std::string suggestion = Closest(key, known_);
+      std::string suggestion = ClosestName(key, known_);
       for (size_t i = 0; suggestion.empty() && i < nested_.size(); i++) {
-        std::string inner = Closest(key, nested_[i].second);
+        std::string inner = ClosestName(key, nested_[i].second);
         if (!inner.empty()) suggestion = nested_[i].first + "." + inner;
       }
       std::string message = "unknown field";
