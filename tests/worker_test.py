@@ -483,6 +483,22 @@ class Channel(WorkerCase):
 
 
 class Exit(WorkerCase):
+    def test_cpu_set_binds_every_thread(self):
+        env = dict(os.environ, COHORT_CPU_SET="0")
+        w = self.worker("--heartbeat", "0.2", env=env)
+        self.train(w, epochs=1)
+        tasks = os.listdir(f"/proc/{w.proc.pid}/task")
+        self.assertGreater(len(tasks), 1)  # the heartbeat and stdin threads at least
+        for task in tasks:
+            with open(f"/proc/{w.proc.pid}/task/{task}/status") as f:
+                allowed = [l.split()[1] for l in f if l.startswith("Cpus_allowed_list")]
+            self.assertEqual(allowed, ["0"], f"thread {task}")
+        self.shutdown(w)
+        bad = Worker(env=dict(os.environ, COHORT_CPU_SET="4096"))
+        self.workers.append(bad)
+        self.assertEqual(bad.wait(), 1)
+        self.assertTrue(any("COHORT_CPU_SET" in l for l in bad.stderr_lines), bad.stderr_lines)
+
     def test_shutdown_exits_zero(self):
         w = self.worker()
         w.send({"op": "shutdown", "id": "s"})

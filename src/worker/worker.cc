@@ -33,6 +33,7 @@
 
 #include "common/json_text.h"
 #include "common/status.h"
+#include "launch/device.h"
 #include "model/config_json.h"
 #include "model/member.h"
 #include "store/snapshot.h"
@@ -539,6 +540,12 @@ std::string Hostname() {
 }  // namespace
 
 int RunWorker(const WorkerOptions& options) {
+  // The launcher binds a cpu:N worker to its cores through COHORT_CPU_SET; it must take effect
+  // before any thread exists (libtorch's, ours) so that all of them inherit it.
+  if (Status st = launch::ApplyCpuSetFromEnvironment(); !st.ok()) {
+    Log("cannot bind to the cores of this device: " + st.message());
+    return 1;
+  }
   // The event channel is the original stdout; fd 1 becomes a second stderr so that whatever
   // a library prints goes to the log, never into the channel.
   std::fflush(stdout);
