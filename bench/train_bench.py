@@ -240,8 +240,8 @@ def throughput(a, store: str, scratch: str, settings: list[tuple[str, int, int]]
           f"averaged over that run; {os.cpu_count()} CPUs.")
 
     print(f"\nPer-step time split, ms per step (median of {a.repeats}); other = loop wall time "
-          "outside the timed parts\n(epoch start, shuffling). cohort scales by 1/255 in forward, "
-          "python in data.")
+          "outside the timed parts\n(epoch start, shuffling). Both scale by 1/255 in their data "
+          "step.")
     head = " ".join(f"{p[:4]:>6}" for p in PARTS)
     print(f"{'model':<11} {'batch':>5} {'threads':>7} {'who':>6} {head} {'total':>7}")
     for (name, batch, threads), r in results.items():
