@@ -6,8 +6,8 @@ Trains one member the way a short PyTorch script would, on the same data as `coh
 - the table is read from the same cohort store with python/cohort_store.py and turned into
   torch tensors once (uint8 features, int64 labels), before the clock starts;
 - each step gathers a shuffled batch and converts it, ``x = X[idx].float() / 255`` (cohort also
-  keeps uint8 batches and converts them to float per batch; it scales by 1/255 inside the
-  network's forward, the baseline in its data step);
+  keeps uint8 batches and converts them to float per batch, scaling by 1/255 in that same
+  conversion);
 - the network is the same ``nn.Sequential`` (this parses the subset of cohort's spec the
   benchmark uses: ``dense N [act]``, ``dropout P``, ``flatten`` and stand-alone activations),
   Adam with lr 1e-3 and PyTorch's defaults, cross-entropy, ``torch.set_num_threads(T)``,
