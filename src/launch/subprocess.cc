@@ -363,8 +363,9 @@ SubprocessSet::~SubprocessSet() {
     child->reaped_ = true;
   }
   children_.clear();
-  // Unblock first: a signal pending now still reaches our handler, which is harmless.
-  if (saved_->mask_set) pthread_sigmask(SIG_SETMASK, &saved_->old_mask, nullptr);
+  // The old handlers come back before the old mask, so a signal still pending (a Ctrl-C
+  // after the last Poll) reaches the disposition the process had, instead of being counted by
+  // a handler nobody reads any more.
   g_wake_fd.store(-1);
   if (saved_->handlers_set) {
     ::sigaction(SIGCHLD, &saved_->old_chld, nullptr);
@@ -372,6 +373,7 @@ SubprocessSet::~SubprocessSet() {
     ::sigaction(SIGTERM, &saved_->old_term, nullptr);
     ::sigaction(SIGPIPE, &saved_->old_pipe, nullptr);
   }
+  if (saved_->mask_set) pthread_sigmask(SIG_SETMASK, &saved_->old_mask, nullptr);
   CloseIfOpen(&wake_read_fd_);
   CloseIfOpen(&wake_write_fd_);
   if (initialized_) g_set_exists.store(false);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -645,6 +646,7 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
         }
       }
       if (!tr.Number("value", &m.value) && tr.ok()) tr.Missing("value", "the metric's target");
+      if (tr.ok() && !std::isfinite(m.value)) tr.Fail("value", "must be a finite number");
       if (tr.ok()) c->stop.target = m;
     }
     s.Bool("stop_when_pool_exhausted", &c->stop.stop_when_pool_exhausted);
@@ -666,13 +668,15 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
       f.Fail("min_members", std::to_string(c->failure.min_members) + " is more than the " +
                                 std::to_string(c->members.size()) + " members configured");
     }
+    // Bounded so the controller's conversion to a clock duration cannot overflow.
+    constexpr double kMaxSeconds = 1e7;
     if (f.Number("heartbeat_timeout_s", &c->failure.heartbeat_timeout_s) &&
-        !(c->failure.heartbeat_timeout_s > 0)) {
-      f.Fail("heartbeat_timeout_s", "must be > 0 seconds");
+        !(c->failure.heartbeat_timeout_s > 0 && c->failure.heartbeat_timeout_s <= kMaxSeconds)) {
+      f.Fail("heartbeat_timeout_s", "must be > 0 and at most 1e7 seconds");
     }
     if (f.Number("attempt_timeout_s", &c->failure.attempt_timeout_s) &&
-        !(c->failure.attempt_timeout_s >= 0)) {
-      f.Fail("attempt_timeout_s", "must be >= 0 seconds (0: no limit)");
+        !(c->failure.attempt_timeout_s >= 0 && c->failure.attempt_timeout_s <= kMaxSeconds)) {
+      f.Fail("attempt_timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
     }
   }
 

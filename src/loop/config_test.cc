@@ -303,6 +303,17 @@ TEST(LoopConfigTest, MinMembersAboveMembers) {
             "dir/loop.toml:40: failure.min_members: 3 is more than the 2 members configured");
 }
 
+TEST(LoopConfigTest, NumbersMustBeFiniteAndBounded) {
+  EXPECT_NE(Error(std::string(kFull) + "\n[failure]\nheartbeat_timeout_s = inf\n")
+                .find("failure.heartbeat_timeout_s: must be > 0 and at most 1e7 seconds"),
+            std::string::npos);
+  EXPECT_NE(Error(std::string(kFull) + "\n[failure]\nattempt_timeout_s = 1e300\n")
+                .find("failure.attempt_timeout_s:"),
+            std::string::npos);
+  EXPECT_NE(Error(Replace(kFull, "value = 0.3", "value = nan")).find("must be a finite number"),
+            std::string::npos);
+}
+
 TEST(LoopConfigTest, MissingRequired) {
   EXPECT_EQ(Error(Replace(kFull, "name = \"demo\"\n", "")),
             "dir/loop.toml:1: name: missing (the run's name)");

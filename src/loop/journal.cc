@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <utility>
 
 #include "store/manifest.h"  // NowIso8601
@@ -548,9 +549,29 @@ Status Journal::FinishAttempt(int64_t attempt_id, const AttemptEnd& end) {
   return txn.Commit();
 }
 
+// SQLite stores a NaN as NULL, which would read back as 0 (a diverged member looking
+// perfect): non-finite values are refused before anything is written.
+static Status RequireFinite(const std::string& path, const char* purpose, const std::string& what,
+                            double v) {
+  if (std::isfinite(v)) return Status::OK();
+  return Status::InvalidArgument(path + ": " + purpose + ": " + what + " is " + std::to_string(v) +
+                                 " (only finite values are journaled)");
+}
+
 Status Journal::AddEpochs(int64_t attempt_id, const std::vector<EpochRecord>& epochs) {
   std::lock_guard lock(mu_);
   const char* purpose = "add epochs";
+  for (const EpochRecord& e : epochs) {
+    const std::string at = "epoch " + std::to_string(e.epoch) + " ";
+    COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "train_loss", e.train_loss));
+    if (e.val_loss)
+      COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "val_loss", *e.val_loss));
+    if (e.val_accuracy) {
+      COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "val_accuracy", *e.val_accuracy));
+    }
+    COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "lr", e.lr));
+    COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "seconds", e.seconds));
+  }
   Txn txn(this);
   COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
   COHORT_STMT_(st,
@@ -574,6 +595,9 @@ Status Journal::RecordMemberMetrics(int64_t run_id, int64_t round, const std::st
                                     const std::map<std::string, double>& metrics) {
   std::lock_guard lock(mu_);
   const char* purpose = "record member metrics";
+  for (const auto& [name, value] : metrics) {
+    COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, member + " " + name, value));
+  }
   Txn txn(this);
   COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
   COHORT_STMT_(st,

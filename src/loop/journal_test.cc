@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,12 @@ TEST(JournalTest, AttemptsEpochsMetricsAcquisitionsRoundTrip) {
                   .ok());
   EXPECT_EQ(j->BeginAttempt({run, 0, "mlp-a", 2, "cpu:1", 1, ""}).status().code(),
             Status::Code::kAlreadyExists);
+  // SQLite would store NaN as NULL and read it back as 0: refused, nothing written.
+  Status nan_epoch = j->AddEpochs(*a2, {{0, std::nan(""), std::nullopt, std::nullopt, 0.01, 1.0}});
+  EXPECT_TRUE(nan_epoch.IsInvalidArgument()) << nan_epoch.ToString();
+  EXPECT_NE(nan_epoch.message().find("train_loss"), std::string::npos);
+  EXPECT_TRUE(j->EpochsOf(*a2)->empty());
+  EXPECT_TRUE(j->RecordMemberMetrics(run, 0, "mlp-a", {{"nll", INFINITY}}).IsInvalidArgument());
   // Metrics must be JSON.
   auto a3 = j->BeginAttempt({run, 0, "cnn", 1, "cpu:0", 1, ""});
   ASSERT_TRUE(a3.ok());
