@@ -1,4 +1,4 @@
-// The `cohort` executable. It does not link libtorch, so data commands (and, later, the loop
+// The `cohort` executable. It does not link libtorch, so data commands (and the loop
 // controller) start in milliseconds; the member commands (train, eval, predict, worker) live
 // in `cohort-member`, which this program execs with the same arguments.
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/data_command.h"
+#include "cli/run_command.h"
 #include "cli/run_cli.h"
 #include "common/status.h"
 
@@ -45,9 +46,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 s
   app.set_version_flag("--version", COHORT_VERSION);
   app.require_subcommand(1);
   std::function<cohort::Status()> run;
+  int exit_code = 0;
   cohort::cli::AddDataCommands(app, &run);
+  cohort::cli::AddRunCommands(app, &run, &exit_code);
   for (const auto& command : kMemberCommands) {
     app.add_subcommand(command[0], command[1])->allow_extras();  // listed in --help only
   }
-  return cohort::cli::RunCli(app, argc, argv, run);
+  int rc = cohort::cli::RunCli(app, argc, argv, run);
+  return rc == 0 ? exit_code : rc;
 }

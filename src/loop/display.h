@@ -1,0 +1,85 @@
+// Display: what `cohort run` shows while it goes.
+//
+// On a terminal: a round header and one line per member (device, state, epoch/step, loss,
+// samples/s, ETA, retries), redrawn in place at most every 200 ms, with notes (a member
+// finished, failed, a round committed) scrolling above it; colours unless NO_COLOR is set
+// (https://no-color.org) or TERM is "dumb". Anywhere else (a file, a pipe, CI): plain lines,
+// one per note, plus every `plain_interval` one line per running member, never a control
+// sequence.
+//
+// Thread-safety: used by the controller thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::loop {
+
+// What the display knows about one member in the current round.
+struct MemberLine {
+  std::string name;
+  std::string device;  // empty while queued
+  enum class State { kQueued, kStarting, kTraining, kPredicting, kDone, kFailed } state =
+      State::kQueued;
+  int attempt = 0;
+  int retries = 0;  // failed attempts this round
+  int64_t epoch = 0, epochs = 0, step = 0, steps = 0;
+  std::optional<double> loss;
+  std::optional<double> samples_per_second;
+  std::optional<double> eta_s;
+  std::string note;  // "acc 0.812" when done, the reason when failed
+};
+
+struct DisplayOptions {
+  // -1: decide from isatty(out).
+  int terminal = -1;
+  // -1: decide from NO_COLOR and TERM.
+  int color = -1;
+  std::chrono::milliseconds plain_interval{30000};
+};
+
+class Display {
+ public:
+  Display(FILE* out, DisplayOptions options);
+  ~Display();
+  Display(const Display&) = delete;
+  Display& operator=(const Display&) = delete;
+
+  bool terminal() const { return terminal_; }
+
+  // A permanent line ("round 2 committed gen 5: 3000 labels, test accuracy 0.8123").
+  void Note(const std::string& line);
+  // A new round: header fields, and the members' lines reset to queued.
+  void StartRound(int64_t round, uint64_t generation, int64_t labels,
+                  std::optional<double> last_accuracy, const std::vector<std::string>& members);
+  MemberLine& member(size_t index) { return members_.at(index); }
+  // Redraws (terminal) or prints the periodic lines (plain) when it is time; `force` now.
+  void Refresh(bool force = false);
+  // Removes the live block (before the program's last lines).
+  void Finish();
+
+ private:
+  void Erase();
+  void Draw();
+  std::string Render(const MemberLine& m) const;
+  std::string Paint(const char* code, const std::string& text) const;
+
+  FILE* out_;
+  bool terminal_ = false;
+  bool color_ = false;
+  DisplayOptions options_;
+  std::string header_;
+  std::vector<MemberLine> members_;
+  int drawn_lines_ = 0;
+  std::chrono::steady_clock::time_point last_draw_{};
+  std::chrono::steady_clock::time_point last_plain_{};
+};
+
+// "1m05s", "2h03m", "42s".
+std::string FormatDuration(double seconds);
+
+}  // namespace cohort::loop

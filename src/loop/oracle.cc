@@ -1,0 +1,101 @@
+#include "loop/oracle.h"
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "store/import.h"
+
+namespace cohort::loop {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+store::HostArray IdsArray(const std::vector<uint64_t>& ids) {
+  store::HostArray a;
+  a.dtype = store::Dtype::kInt64;
+  a.shape = {ids.size()};
+  a.data.resize(ids.size() * sizeof(int64_t));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto v = static_cast<int64_t>(ids[i]);
+    std::memcpy(a.data.data() + i * sizeof(int64_t), &v, sizeof(v));
+  }
+  return a;
+}
+
+bool SameIds(const std::string& path, const store::HostArray& ids) {
+  auto old = store::ReadNpyFile(path);
+  return old.ok() && old->dtype == ids.dtype && old->shape == ids.shape && old->data == ids.data;
+}
+
+}  // namespace
+
+Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
+                                                     const RunPaths& paths, int64_t round,
+                                                     uint64_t generation, const store::Table& pool,
+                                                     const store::Table& train,
+                                                     const std::vector<uint64_t>& ids,
+                                                     const std::vector<uint64_t>& rows,
+                                                     Scheduler* scheduler) {
+  if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels) {
+    return std::optional<store::HostArray>();
+  }
+  std::string dir = paths.Absolute(RunPaths::OracleDir(round));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+  std::string ids_path = dir + "/ids.npy";
+  std::string features_path = dir + "/features.npy";
+  std::string labels_path = dir + "/labels.npy";
+  const std::string program = config.oracle.command.front();
+
+  store::HostArray id_array = IdsArray(ids);
+  bool reuse = fs::exists(labels_path) && SameIds(ids_path, id_array);
+  if (!reuse) {
+    fs::remove(labels_path, ec);
+    store::HostArray features;
+    features.dtype = pool.schema().feature_dtype;
+    features.shape = {rows.size()};
+    for (uint64_t d : pool.schema().feature_shape) features.shape.push_back(d);
+    features.data.resize(rows.size() * pool.schema().feature_row_bytes());
+    COHORT_RETURN_IF_ERROR(pool.GatherFeatures(rows, features.data.data()));
+    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(ids_path, id_array));
+    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(features_path, features));
+
+    launch::SpawnSpec spec;
+    spec.argv = config.oracle.command;
+    spec.cwd = fs::path(config.path).parent_path().string();
+    if (spec.cwd.empty()) spec.cwd = ".";
+    spec.stderr_path = dir + "/oracle.log";
+    spec.env = {{"COHORT_ORACLE_IDS", ids_path},
+                {"COHORT_ORACLE_FEATURES", features_path},
+                {"COHORT_ORACLE_LABELS", labels_path},
+                {"COHORT_ROUND", std::to_string(round)},
+                {"COHORT_STORE", paths.store()},
+                {"COHORT_GENERATION", std::to_string(generation)},
+                {"COHORT_RUN_DIR", paths.root}};
+    auto exit = scheduler->RunProgram(spec);
+    if (!exit.ok()) return exit.status().WithContext("oracle " + program);
+    if (exit->reason != launch::ExitReason::kExited || exit->exit_code != 0) {
+      return Status::InvalidArgument("oracle " + program + " " + exit->ToString() + " (its log: " +
+                                     spec.stderr_path + ")");
+    }
+  }
+  auto labels = store::ReadNpyFile(labels_path);
+  if (!labels.ok()) {
+    return labels.status().WithContext("oracle " + program + " did not write usable labels");
+  }
+  Result<store::HostArray> converted =
+      train.schema().label_kind == store::LabelKind::kClass
+          ? store::ToClassLabels(std::move(*labels), labels_path)
+          : store::ToVectorLabels(std::move(*labels), labels_path);
+  if (!converted.ok()) return converted.status();
+  if (converted->shape.empty() || converted->shape[0] != ids.size()) {
+    return Status::InvalidArgument(labels_path + ": " + std::to_string(converted->shape[0]) +
+                                   " labels for " + std::to_string(ids.size()) + " samples");
+  }
+  return std::optional<store::HostArray>(std::move(*converted));
+}
+
+}  // namespace cohort::loop

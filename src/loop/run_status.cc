@@ -1,0 +1,155 @@
+#include "loop/run_status.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "loop/config.h"
+#include "loop/journal.h"
+#include "loop/run_dir.h"
+#include "store/snapshot.h"
+#include "store/store.h"
+
+namespace cohort::loop {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json Optional(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+std::string Num(const json& v, const char* format) {
+  return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : "-";
+}
+
+}  // namespace
+
+Result<json> RunStatusJson(const std::string& run_dir_in) {
+  std::error_code ec;
+  std::string run_dir = fs::absolute(run_dir_in, ec).lexically_normal().string();
+  if (!run_dir.empty() && run_dir.back() == '/') run_dir.pop_back();
+  RunPaths paths{run_dir};
+  if (!fs::exists(paths.config()) || !fs::exists(paths.journal())) {
+    return Status::NotFound(run_dir_in + ": not a cohort run directory (no loop.toml and run.db)");
+  }
+  std::ifstream in(paths.config(), std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto config = ParseLoopConfig(text.str(), paths.config(), run_dir);
+  if (!config.ok()) return config.status();
+  COHORT_ASSIGN_OR_RETURN(auto journal, Journal::Open(paths.journal()));
+  COHORT_ASSIGN_OR_RETURN(RunRecord run, journal->FindRun(config->name));
+  COHORT_ASSIGN_OR_RETURN(auto rounds, journal->RoundsOf(run.id));
+  auto holder = RunLockHolder(run_dir);
+
+  json out;
+  out["name"] = run.name;
+  out["run_dir"] = run_dir;
+  std::string status(RunStatusName(run.status));
+  // A run the journal calls running with no controller holding the lock was killed.
+  if (run.status == RunStatus::kRunning && !holder) status = "interrupted";
+  out["status"] = status;
+  out["controller_pid"] = holder ? json(*holder) : json(nullptr);
+  out["source_store"] = run.source_store;
+  out["source_generation"] = run.source_generation;
+  out["started_at"] = run.started_at;
+  out["ended_at"] = run.ended_at ? json(*run.ended_at) : json(nullptr);
+  auto history = store::ReadHistory(paths.store());
+  out["store_generation"] = history.ok() && !history->empty() ? json(history->back().generation)
+                                                               : json(nullptr);
+  out["rounds"] = json::array();
+  for (const RoundRecord& r : rounds) {
+    json jr;
+    jr["round"] = r.round;
+    jr["status"] = std::string(RoundStatusName(r.status));
+    jr["input_generation"] = r.input_generation;
+    jr["output_generation"] = r.output_generation ? json(*r.output_generation) : json(nullptr);
+    auto snap = store::Snapshot::Open(paths.store(), r.input_generation);
+    json labels = nullptr;
+    if (snap.ok()) {
+      auto table = (*snap)->table(config->store.train);
+      if (table.ok()) labels = (*table)->size();
+    }
+    jr["labels"] = labels;  // labelled samples the members trained on
+    jr["labels_after"] = r.labels_total ? json(*r.labels_total) : json(nullptr);
+    jr["test_accuracy"] = Optional(r.test.accuracy);
+    jr["test_nll"] = Optional(r.test.nll);
+    jr["test_brier"] = Optional(r.test.brier);
+    jr["test_ece"] = Optional(r.test.ece);
+    jr["started_at"] = r.started_at;
+    jr["ended_at"] = r.ended_at ? json(*r.ended_at) : json(nullptr);
+    jr["error"] = r.error ? json(*r.error) : json(nullptr);
+    if (r.status == RoundStatus::kDone) {
+      jr["timings"] = {{"train_s", r.timings.train_s},     {"predict_s", r.timings.predict_s},
+                       {"acquire_s", r.timings.acquire_s}, {"label_s", r.timings.label_s},
+                       {"commit_s", r.timings.commit_s},   {"idle_s", r.timings.idle_s}};
+    }
+    COHORT_ASSIGN_OR_RETURN(auto attempts, journal->AttemptsOfRound(run.id, r.round));
+    COHORT_ASSIGN_OR_RETURN(auto metrics, journal->MemberMetricsOf(run.id, r.round));
+    json members = json::array();
+    for (const MemberConfig& m : config->members) {
+      json jm;
+      jm["name"] = m.name;
+      jm["status"] = "queued";
+      jm["attempts"] = 0;
+      for (const AttemptRecord& a : attempts) {
+        if (a.member != m.name) continue;
+        jm["attempts"] = jm["attempts"].get<int>() + 1;
+        jm["status"] = std::string(AttemptStatusName(a.status));
+        jm["device"] = a.device;
+        jm["pid"] = a.pid ? json(*a.pid) : json(nullptr);
+        jm["exit"] = a.exit ? json(*a.exit) : json(nullptr);
+        jm["log"] = a.log_path ? json(paths.Absolute(*a.log_path)) : json(nullptr);
+      }
+      auto it = metrics.find(m.name);
+      jm["test"] = it != metrics.end() ? json(it->second) : json(nullptr);
+      members.push_back(jm);
+    }
+    jr["members"] = members;
+    out["rounds"].push_back(jr);
+  }
+  return out;
+}
+
+std::string RunStatusText(const json& s) {
+  std::string out = fmt::format("run {}: {}", s["name"].get<std::string>(),
+                                s["status"].get<std::string>());
+  if (s["controller_pid"].is_number()) out += fmt::format(" (controller pid {})", s["controller_pid"].get<int64_t>());
+  out += fmt::format("\n  {}\n  store generation {}, cloned from {} generation {}\n",
+                     s["run_dir"].get<std::string>(),
+                     s["store_generation"].is_number() ? s["store_generation"].dump() : "?",
+                     s["source_store"].get<std::string>(), s["source_generation"].dump());
+  out += fmt::format("\n  {:>5} {:>6} {:>7} {:>7} {:>11} {:>9} {:>8} {:>8}\n", "round", "gen_in",
+                     "gen_out", "labels", "status", "accuracy", "nll", "train_s");
+  for (const json& r : s["rounds"]) {
+    out += fmt::format("  {:>5} {:>6} {:>7} {:>7} {:>11} {:>9} {:>8} {:>8}\n",
+                       r["round"].get<int64_t>(), r["input_generation"].dump(),
+                       r["output_generation"].is_null() ? "-" : r["output_generation"].dump(),
+                       r["labels"].is_null() ? "-" : r["labels"].dump(),
+                       r["status"].get<std::string>(), Num(r["test_accuracy"], "{:.4f}"),
+                       Num(r["test_nll"], "{:.4f}"),
+                       r.contains("timings") ? Num(r["timings"]["train_s"], "{:.1f}") : "-");
+  }
+  if (!s["rounds"].empty()) {
+    const json& last = s["rounds"].back();
+    out += fmt::format("\n  round {} members:\n", last["round"].get<int64_t>());
+    for (const json& m : last["members"]) {
+      std::string line = fmt::format("    {:<20} {:<8} attempts {}", m["name"].get<std::string>(),
+                                     m["status"].get<std::string>(), m["attempts"].get<int>());
+      if (m["test"].is_object() && m["test"].contains("accuracy")) {
+        line += " accuracy " + Num(m["test"]["accuracy"], "{:.4f}");
+      }
+      if (m.contains("exit") && m["exit"].is_string() && m["status"] != "done") {
+        line += " (" + m["exit"].get<std::string>() + ")";
+      }
+      out += line + "\n";
+    }
+    if (last["error"].is_string()) out += "  error: " + last["error"].get<std::string>() + "\n";
+  }
+  return out;
+}
+
+}  // namespace cohort::loop

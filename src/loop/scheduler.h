@@ -1,0 +1,149 @@
+// Scheduler: trains a round's members on the run's devices, one persistent worker per slot.
+//
+// A slot is one place a member can train: each device has members_per_device slots, and each
+// slot keeps one `cohort worker` process (docs/protocol.md) alive across members and rounds,
+// so a member costs no process start-up once its slot's worker runs. A member's attempt on a
+// slot is three worker commands in a row: train on the round's generation, predict the pool,
+// predict the test table. Members wait in a queue, in config order, for a free slot.
+//
+// Failures: a worker that exits, closes its stdout, goes silent past the heartbeat timeout,
+// or runs one attempt past the attempt timeout is killed (SIGTERM to its process group, then
+// SIGKILL) and its slot gets a fresh worker; a worker that answers a command with an error
+// event stays up. Either way the attempt is journalled as failed or killed and the member is
+// queued again while it has attempts left; other members are never held up by it.
+//
+// Interrupts (SIGINT/SIGTERM, seen through the launcher): the first is reported to the caller,
+// which finishes the round; the second kills every worker at once and ends the phase with
+// status Aborted. The journal records every attempt's start (with its pid) before the worker
+// gets the command, and its end, so a controller killed at any point can be resumed.
+//
+// Thread-safety: one Scheduler per process (it owns the process's launch::SubprocessSet),
+// used by the controller thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "launch/device.h"
+#include "launch/subprocess.h"
+#include "loop/config.h"
+#include "loop/display.h"
+#include "loop/journal.h"
+#include "loop/run_dir.h"
+
+namespace cohort::loop {
+
+struct SchedulerOptions {
+  std::vector<launch::Device> devices;
+  int threads_per_cpu_device = 1;
+  int members_per_device = 1;
+  int cpu_count = 1;
+  std::string member_binary;  // the `cohort-member` executable
+  std::chrono::milliseconds heartbeat_timeout{60000};
+  std::chrono::milliseconds attempt_timeout{0};  // 0: none
+  std::chrono::milliseconds kill_grace{5000};
+};
+
+// One member to train this round.
+struct MemberTask {
+  size_t index = 0;  // into the config's members
+  const MemberConfig* member = nullptr;
+  std::string warm_start_from;  // absolute checkpoint path, or empty
+  int next_attempt = 1;         // the attempt number to use first
+  int attempts_left = 1;        // tries this phase may still make
+};
+
+// A member's outcome in a round.
+struct MemberResult {
+  bool done = false;
+  int attempt = 0;
+  std::string checkpoint;   // relative to the run directory
+  std::string predictions_pool;
+  std::string predictions_test;
+  double train_seconds = 0;    // the worker's training loop
+  double predict_seconds = 0;  // both predictions, as the controller saw them
+  std::string error;           // the last failure, when not done
+};
+
+struct PhaseStats {
+  double wall_s = 0;
+  double predict_s = 0;  // summed over members
+  double idle_s = 0;     // slot-seconds without an attempt running a command
+};
+
+class Scheduler {
+ public:
+  static Result<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
+                                                   const RunPaths& paths, Journal* journal,
+                                                   int64_t run_id, Display* display);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Runs `tasks` for `round` on `generation` until each member is done or out of attempts.
+  // `results` is indexed like the config's members; members without a task keep theirs.
+  // Aborted after a second interrupt (workers killed, attempts journalled as killed).
+  Status RunRound(int64_t round, uint64_t generation, const LoopConfig& config,
+                  std::vector<MemberTask> tasks, std::vector<MemberResult>* results,
+                  PhaseStats* stats);
+
+  // Runs one outside program to completion (the command oracle) while the workers keep being
+  // served. Aborted after a second interrupt (the program is killed).
+  Result<launch::ExitInfo> RunProgram(const launch::SpawnSpec& spec);
+
+  // Interrupts (Ctrl-C, SIGTERM) received since Create().
+  int interrupts() const { return interrupts_; }
+  // Serves the workers without waiting (signals arrive only inside a poll) and returns
+  // interrupts().
+  int PollSignals();
+
+  // Asks idle workers to exit and waits up to `grace` for them; kills the rest.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  struct Slot;
+  struct Attempt;
+  class Handler;
+  Scheduler(SchedulerOptions options, RunPaths paths, Journal* journal, int64_t run_id,
+            Display* display);
+
+  Status StartAttempt(Slot& slot, MemberTask task);
+  Status SpawnWorker(Slot& slot);
+  Status SendNext(Slot& slot);
+  // Ends the slot's attempt; requeues its task when it failed and has attempts left.
+  void EndAttempt(Slot& slot, AttemptStatus status, const std::string& exit);
+  void CopyAttemptLog(const Slot& slot, const Attempt& attempt);
+  Status PollOnce(std::chrono::milliseconds timeout);
+  void CheckDeadlines();
+  void KillAll(const std::string& why);
+
+  SchedulerOptions options_;
+  RunPaths paths_;
+  Journal* journal_;
+  int64_t run_id_;
+  Display* display_;
+  std::unique_ptr<launch::SubprocessSet> set_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  int interrupts_ = 0;
+  int worker_logs_ = 0;  // worker processes started, for unique log names
+  Status fatal_;         // a journal write that failed inside a callback
+
+  // The round being run.
+  int64_t round_ = 0;
+  uint64_t generation_ = 0;
+  const LoopConfig* config_ = nullptr;
+  std::vector<MemberTask> queue_;
+  std::vector<MemberResult>* results_ = nullptr;
+  PhaseStats* stats_ = nullptr;
+
+  // RunProgram's child, while it runs.
+  launch::Subprocess* program_ = nullptr;
+  std::optional<launch::ExitInfo> program_exit_;
+};
+
+}  // namespace cohort::loop
