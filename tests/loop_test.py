@@ -246,7 +246,7 @@ class ClosedLoop(LoopCase):
 
 class Failures(LoopCase):
     def test_killed_worker_is_retried(self):
-        config = write_config(self.dir, rounds=1, epochs=40, members=MEMBERS[:2])
+        config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2])
         run_dir = os.path.join(self.dir, "runs", "loop")
         proc = self.start(config)
         attempt = self.wait_for(lambda: self.running_attempt(run_dir, "mlp-a"), what="attempt")
@@ -265,7 +265,7 @@ class Failures(LoopCase):
         self.assertIn("retrying", out)
 
     def test_stopped_worker_is_killed_by_heartbeat_timeout(self):
-        config = write_config(self.dir, rounds=1, epochs=40, members=MEMBERS[:2],
+        config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2],
                               failure="heartbeat_timeout_s = 1.5".replace("\n", ""))
         # heartbeat_timeout_s appears twice otherwise: drop the default line.
         with open(config) as f:
@@ -289,7 +289,7 @@ class Failures(LoopCase):
 
     def test_member_out_of_retries_fails_the_round(self):
         bad = '\n[[member]]\nname = "diverges"\nmodel = "dense 10"\nseed = 4\n' \
-              'optimizer = { name = "sgd", learning_rate = 1e30 }\n'
+              'optimizer = { name = "sgd", learning_rate = 1e38 }\n'
         config = write_config(self.dir, rounds=2, members=MEMBERS[:1], extra_member=bad,
                               failure="retries = 1")
         proc = self.run_loop(config, expect=1)
@@ -351,9 +351,9 @@ class Failures(LoopCase):
         self.assertIn("thesis.tex", proc.stderr)
         # An unsafe change on resume is refused, naming the field.
         d = os.path.join(self.dir, "resume")
-        config = write_config(d, rounds=1, members=MEMBERS[:1], devices=1)
+        config = write_config(d, rounds=1, members=MEMBERS[:1], devices=1, strategy="entropy")
         self.run_loop(config)
-        write_config(d, rounds=1, members=MEMBERS[:1], devices=1, k=50)
+        write_config(d, rounds=1, members=MEMBERS[:1], devices=1, strategy="entropy", k=50)
         proc = cohort("run", config, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("acquisition.batch_size", proc.stderr)
@@ -361,7 +361,7 @@ class Failures(LoopCase):
 
 class Interrupts(LoopCase):
     def test_ctrl_c_once_finishes_the_round_twice_stops_now(self):
-        config = write_config(self.dir, rounds=3, epochs=20)
+        config = write_config(self.dir, rounds=3, epochs=300)
         run_dir = os.path.join(self.dir, "runs", "loop")
         proc = self.start(config)
         self.wait_for(lambda: self.running_attempt(run_dir), what="attempt")
@@ -389,7 +389,8 @@ class Interrupts(LoopCase):
         self.assertEqual([r["status"] for r in s["rounds"]], ["done"] * 3)
 
     def test_status_of_a_running_run(self):
-        config = write_config(self.dir, rounds=1, epochs=30, members=MEMBERS[:1], devices=1)
+        config = write_config(self.dir, rounds=1, epochs=1000, members=MEMBERS[:1], devices=1,
+                              strategy="entropy")
         run_dir = os.path.join(self.dir, "runs", "loop")
         proc = self.start(config)
         self.wait_for(lambda: self.running_attempt(run_dir), what="attempt")
@@ -402,7 +403,7 @@ class Interrupts(LoopCase):
         self.assertNotEqual(second.returncode, 0)
         self.assertIn("already running", second.stderr)
         proc.kill()
-        proc.wait()
+        proc.communicate()
         self.assertEqual(self.status(run_dir)["status"], "interrupted")
 
 
