@@ -271,6 +271,30 @@ struct SettingSource {
   }
 };
 
+// An argv list ("command = [...]"): non-empty strings; a program containing '/' is made
+// absolute against `base`. False (with the error recorded) when malformed.
+bool ReadArgv(Errors* errors, const TV& value, const std::string& field, const fs::path& base,
+              std::vector<std::string>* argv) {
+  if (!value.is_array() || value.as_array().empty()) {
+    errors->Fail(LineOf(value), field,
+                 "expected a non-empty list of strings (argv), got " + Shown(value));
+    return false;
+  }
+  for (const auto& arg : value.as_array()) {
+    if (!arg.is_string()) {
+      errors->Fail(LineOf(arg), field, "expected strings, got " + Shown(arg));
+      return false;
+    }
+    argv->push_back(arg.as_string().str);
+  }
+  if ((*argv)[0].empty()) {
+    errors->Fail(LineOf(value), field, "the program is empty");
+    return false;
+  }
+  if ((*argv)[0].find('/') != std::string::npos) (*argv)[0] = Resolve(base, (*argv)[0]);
+  return true;
+}
+
 // A misspelt loop key ("nmae" for name) in a [defaults] or [[member]] table. Other unknown
 // keys are left to TrainConfigFromJson, which also suggests nested fields ("lr":
 // optimizer.learning_rate).
@@ -483,7 +507,7 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
   }
 
   // Member defaults.
-  std::vector<std::string> member_loop_keys = {"name", "warm_start"};
+  std::vector<std::string> member_loop_keys = {"name", "warm_start", "command"};
   const TV* defaults = r.Table("defaults");
   model::TrainConfig member_base;
   bool default_warm_start = false;
@@ -518,7 +542,10 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
         member.line = LineOf(t);
         member.warm_start = default_warm_start;
         Reader mr(e, &t, prefix, member.line, {});  // keys checked by ReadTrainSettings
-        if (!CheckLoopKeyTypos(e, t, member_loop_keys, prefix)) break;
+        // A script member's other keys are its own settings: no typo guessing there.
+        if (mr.Get("command") == nullptr && !CheckLoopKeyTypos(e, t, member_loop_keys, prefix)) {
+          break;
+        }
         if (!mr.String("name", &member.name)) {
           if (mr.ok()) mr.Missing("name", "each [[member]] needs a unique name");
           break;
@@ -534,6 +561,35 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
           }
         }
         if (!mr.ok()) break;
+        if (const TV* cmd = mr.Get("command"); cmd != nullptr) {
+          // An outside script: its settings are its own business, passed through as JSON.
+          if (!ReadArgv(e, *cmd, prefix + "command", base, &member.command)) break;
+          mr.Bool("warm_start", &member.warm_start);
+          json settings = json::object();
+          for (const TV* table : {defaults, &t}) {
+            if (table == nullptr) continue;
+            for (const auto& [key, value] : table->as_table()) {
+              if (key == "name" || key == "command" || key == "warm_start") continue;
+              const TV* bad = nullptr;
+              json v = ToJson(value, &bad);
+              if (bad != nullptr) {
+                e->Fail(LineOf(*bad), prefix + key, "dates and times are not accepted here");
+                break;
+              }
+              if (v.is_object() && settings.contains(key) && settings[key].is_object()) {
+                settings[key].update(v);  // an inline table replaces only the fields it names
+              } else {
+                settings[key] = std::move(v);
+              }
+            }
+          }
+          if (!mr.ok()) break;
+          member.script_config = std::move(settings);
+          member.train = member_base;
+          member.train.member = member.name;
+          c->members.push_back(std::move(member));
+          continue;
+        }
         SettingSource where{&t, prefix, member.line, defaults, defaults_source.defaults_line};
         member.train = member_base;
         if (!ReadTrainSettings(e, t, member_loop_keys, where, member.name, &member.train)) break;
@@ -601,20 +657,8 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
         const TV* cmd = o.Get("command");
         if (cmd == nullptr) {
           o.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
-        } else if (!cmd->is_array() || cmd->as_array().empty()) {
-          o.Fail("command", "expected a non-empty list of strings (argv), got " + Shown(*cmd));
         } else {
-          for (const auto& arg : cmd->as_array()) {
-            if (!arg.is_string()) {
-              e->Fail(LineOf(arg), "oracle.command", "expected strings, got " + Shown(arg));
-              break;
-            }
-            c->oracle.command.push_back(arg.as_string().str);
-          }
-          if (o.ok() && c->oracle.command[0].empty()) o.Fail("command", "the program is empty");
-          if (o.ok() && c->oracle.command[0].find('/') != std::string::npos) {
-            c->oracle.command[0] = Resolve(base, c->oracle.command[0]);
-          }
+          ReadArgv(e, *cmd, "oracle.command", base, &c->oracle.command);
         }
       } else {
         o.Fail("kind", "unknown oracle '" + kind + "' (hidden_labels, command)");
@@ -796,8 +840,14 @@ Result<LoopConfig> LoadLoopConfig(const std::string& path) {
 nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   json members = json::array();
   for (const auto& m : c.members) {
-    json j = model::TrainConfigToJson(m.train);
-    for (const auto& [key, why] : ReservedTrainKeys()) j.erase(key);
+    json j;
+    if (m.is_script()) {
+      j["command"] = m.command;
+      j["config"] = m.script_config;
+    } else {
+      j = model::TrainConfigToJson(m.train);
+      for (const auto& [key, why] : ReservedTrainKeys()) j.erase(key);
+    }
     j["name"] = m.name;
     j["warm_start"] = m.warm_start;
     members.push_back(std::move(j));

@@ -38,8 +38,15 @@ const char* LauncherName(Launcher launcher);
 
 struct MemberConfig {
   std::string name;
-  // [defaults] with this member's fields on top; train.member == name. The loop fills in
-  // device and warm_start_from per attempt.
+  // An outside-script member (docs/outside-members.md): the argv cohort runs once per round
+  // and attempt; empty for a native member. Its program is resolved like the oracle's.
+  std::vector<std::string> command;
+  // A script member's settings: its table with [defaults] merged underneath, minus name,
+  // command and warm_start; handed to the script unvalidated. Null for native members.
+  nlohmann::json script_config;
+  bool is_script() const { return !command.empty(); }
+  // Native members: [defaults] with this member's fields on top; train.member == name. The
+  // loop fills in device and warm_start_from per attempt.
   model::TrainConfig train;
   bool warm_start = false;  // continue from the member's checkpoint of the previous round
   int line = 0;             // the [[member]] header's line, for later messages

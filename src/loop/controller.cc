@@ -108,6 +108,7 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
   }
   for (size_t i = 0; i < config.members.size(); ++i) {
     const MemberConfig& m = config.members[i];
+    if (m.is_script()) continue;  // its settings are the script's own
     auto meta = model::DescribeTask(*train, m.train);
     if (!meta.ok()) {
       return Status::InvalidArgument(MemberWhere(config, i) + ": " + meta.status().message());
@@ -361,7 +362,9 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation,
     task.attempts_left = std::max<int>(1, static_cast<int>(1 + config_.failure.retries) - failures);
     line.retries = failures;
     if (config_.members[i].warm_start && !previous.empty() && previous[i].done) {
-      task.warm_start_from = run_.paths.Absolute(previous[i].checkpoint);
+      // A script need not have written its checkpoint; then it starts afresh.
+      std::string checkpoint = run_.paths.Absolute(previous[i].checkpoint);
+      if (fs::exists(checkpoint)) task.warm_start_from = checkpoint;
     }
     tasks.push_back(task);
   }

@@ -1,7 +1,9 @@
 #include "loop/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -10,7 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "loop/acquisition.h"
 #include "model/config_json.h"
+#include "store/import.h"
+#include "store/snapshot.h"
 
 namespace cohort::loop {
 
@@ -52,6 +57,8 @@ struct Scheduler::Attempt {
   json train_done;          // the worker's `done` event for the training
   double predict_seconds = 0;
   std::string timeout_reason;  // set when the controller killed it for overrunning
+  launch::Subprocess* script = nullptr;  // an outside-script member's process
+  std::string script_error;              // the message of an `error` event it printed
 };
 
 struct Scheduler::Slot {
@@ -76,8 +83,18 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     }
     return nullptr;
   }
+  Slot* ScriptSlotOf(launch::Subprocess& child) {
+    for (auto& slot : s_->slots_) {
+      if (slot->attempt && slot->attempt->script == &child) return slot.get();
+    }
+    return nullptr;
+  }
 
   void OnEvent(launch::Subprocess& child, json event) override {
+    if (Slot* script_slot = ScriptSlotOf(child)) {
+      OnScriptEvent(*script_slot, std::move(event));
+      return;
+    }
     Slot* slot = SlotOf(child);
     if (slot == nullptr) {
       if (&child == s_->program_) OnLog(child, "@cohort " + event.dump());
@@ -101,20 +118,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     if (id != a.command_id) return;  // a stale answer; nothing is in flight with that id
     MemberLine& line = s_->display_->member(a.task.index);
     if (ev == "progress") {
-      line.state = MemberLine::State::kTraining;
-      line.epoch = IntField(event, "epoch");
-      line.epochs = IntField(event, "epochs");
-      line.step = IntField(event, "step");
-      line.steps = IntField(event, "steps");
-      line.loss = NumberField(event, "loss");
-      line.samples_per_second = NumberField(event, "samples_per_second");
-      int64_t done_steps = (line.epoch - 1) * line.steps + line.step;
-      int64_t total_steps = line.epochs * line.steps;
-      if (done_steps > 0 && total_steps >= done_steps) {
-        double elapsed = Seconds(Clock::now() - a.command_started);
-        line.eta_s = elapsed * static_cast<double>(total_steps - done_steps) /
-                     static_cast<double>(done_steps);
-      }
+      ShowProgress(line, a, event);
       return;
     }
     if (ev == "error") {
@@ -124,19 +128,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     }
     if (ev == "done" && a.step == Attempt::Step::kTrain) {
       a.train_done = std::move(event);
-      std::vector<EpochRecord> epochs;
-      for (const json& e : a.train_done.value("epochs", json::array())) {
-        EpochRecord r;
-        r.epoch = e.value("epoch", int64_t{0});
-        r.train_loss = NumberField(e, "train_loss").value_or(0);
-        r.val_loss = NumberField(e, "val_loss");
-        r.val_accuracy = NumberField(e, "val_accuracy");
-        r.lr = NumberField(e, "lr").value_or(0);
-        r.seconds = NumberField(e, "seconds").value_or(0);
-        epochs.push_back(r);
-      }
-      Status st = s_->journal_->AddEpochs(a.id, epochs);
-      if (!st.ok() && s_->fatal_.ok()) s_->fatal_ = st;
+      RecordEpochs(a);
       a.step = Attempt::Step::kPredictPool;
       line.state = MemberLine::State::kPredicting;
       line.eta_s.reset();
@@ -156,10 +148,76 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     }
   }
 
+  static void ShowProgress(MemberLine& line, const Attempt& a, const json& event) {
+    line.state = MemberLine::State::kTraining;
+    line.epoch = IntField(event, "epoch");
+    line.epochs = IntField(event, "epochs");
+    line.step = IntField(event, "step");
+    line.steps = IntField(event, "steps");
+    line.loss = NumberField(event, "loss");
+    line.samples_per_second = NumberField(event, "samples_per_second");
+    int64_t steps = std::max<int64_t>(line.steps, 1);
+    int64_t done_steps = line.steps > 0 ? (line.epoch - 1) * line.steps + line.step : line.epoch;
+    int64_t total_steps = line.steps > 0 ? line.epochs * steps : line.epochs;
+    if (done_steps > 0 && total_steps >= done_steps) {
+      double elapsed = Seconds(Clock::now() - a.command_started);
+      line.eta_s = elapsed * static_cast<double>(total_steps - done_steps) /
+                   static_cast<double>(done_steps);
+    }
+  }
+
+  // A script's events carry no command id: it runs one attempt.
+  void OnScriptEvent(Slot& slot, json event) {
+    Attempt& a = *slot.attempt;
+    std::string ev = event.value("ev", "");
+    MemberLine& line = s_->display_->member(a.task.index);
+    if (ev == "progress") {
+      ShowProgress(line, a, event);
+    } else if (ev == "done") {
+      a.train_done = std::move(event);
+      if (a.train_done.contains("metrics") && a.train_done["metrics"].is_object()) {
+        for (const auto& [k, v] : a.train_done["metrics"].items()) {
+          if (!a.train_done.contains(k)) a.train_done[k] = v;
+        }
+      }
+      RecordEpochs(a);
+      line.state = MemberLine::State::kPredicting;
+    } else if (ev == "error" && event.contains("message") && event["message"].is_string()) {
+      a.script_error = event["message"].get<std::string>();
+    }
+  }
+
+  void RecordEpochs(Attempt& a) {
+    std::vector<EpochRecord> epochs;
+    const json& list = a.train_done.contains("epochs") && a.train_done["epochs"].is_array()
+                           ? a.train_done["epochs"]
+                           : json::array();
+    for (const json& e : list) {
+      if (!e.is_object()) continue;
+      EpochRecord r;
+      r.epoch = IntField(e, "epoch");
+      r.train_loss = NumberField(e, "train_loss").value_or(0);
+      r.val_loss = NumberField(e, "val_loss");
+      r.val_accuracy = NumberField(e, "val_accuracy");
+      r.lr = NumberField(e, "lr").value_or(0);
+      r.seconds = NumberField(e, "seconds").value_or(0);
+      if (!std::isfinite(r.train_loss)) r.train_loss = 0;
+      epochs.push_back(r);
+    }
+    Status st = s_->journal_->AddEpochs(a.id, epochs);
+    if (!st.ok()) {
+      // A script's odd epoch list (repeated numbers) is its log's business, not fatal.
+      s_->display_->Note(fmt::format("round {}: {}: epochs not journalled: {}", s_->round_,
+                                     a.task.member->name, st.message()));
+    }
+  }
+
   void OnLog(launch::Subprocess& child, std::string_view text) override {
     // Stray stdout goes to the same log as the child's stderr.
     std::string path;
-    if (Slot* slot = SlotOf(child)) {
+    if (Slot* script_slot = ScriptSlotOf(child)) {
+      path = s_->paths_.Absolute(script_slot->attempt->dir + "/member.log");
+    } else if (Slot* slot = SlotOf(child)) {
       path = s_->paths_.Absolute(slot->log_path);
     } else if (&child == s_->program_) {
       path = program_log;
@@ -170,8 +228,8 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
   }
 
   void OnStdoutClosed(launch::Subprocess& child) override {
-    // It can no longer report: a worker in that state is useless.
-    (void)child.Kill();
+    // A worker that can no longer report is useless. A script may close stdout and go on.
+    if (SlotOf(child) != nullptr) (void)child.Kill();
   }
 
   void OnExit(launch::Subprocess& child, const launch::ExitInfo& info) override {
@@ -180,11 +238,16 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
       s_->program_ = nullptr;
       return;
     }
+    if (Slot* script_slot = ScriptSlotOf(child)) {
+      s_->ScriptExited(*script_slot, info);
+      return;
+    }
     Slot* slot = SlotOf(child);
     if (slot == nullptr) return;
     slot->worker = nullptr;
     slot->ready = false;
-    if (!slot->attempt) return;
+    // An idle worker beside a script member's attempt ends nothing but itself.
+    if (!slot->attempt || slot->attempt->task.member->is_script()) return;
     const Attempt& a = *slot->attempt;
     std::string why = info.ToString();
     if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
@@ -271,6 +334,10 @@ Status Scheduler::StartAttempt(Slot& slot, MemberTask task) {
   a.number = a.task.next_attempt;
   a.dir = RunPaths::AttemptDir(a.task.member->name, round_, a.number);
   a.started = Clock::now();
+  if (a.task.member->is_script()) {
+    slot.attempt = std::move(a);
+    return StartScript(slot);
+  }
   if (slot.worker == nullptr) COHORT_RETURN_IF_ERROR(SpawnWorker(slot));
   std::error_code ec;
   std::string abs_dir = paths_.Absolute(a.dir);
@@ -299,6 +366,151 @@ Status Scheduler::StartAttempt(Slot& slot, MemberTask task) {
   slot.attempt = std::move(a);
   if (slot.ready) return SendNext(slot);
   return Status::OK();
+}
+
+Status Scheduler::StartScript(Slot& slot) {
+  Attempt& a = *slot.attempt;
+  const MemberConfig& member = *a.task.member;
+  AttemptStart start;
+  start.run_id = run_id_;
+  start.round = round_;
+  start.member = member.name;
+  start.attempt = a.number;
+  start.device = slot.device.ToString();
+  start.log_path = a.dir + "/member.log";
+  auto id = journal_->BeginAttempt(start);
+  if (!id.ok()) {
+    slot.attempt.reset();
+    return id.status();
+  }
+  a.id = *id;
+
+  std::string out_dir = paths_.Absolute(a.dir);
+  std::error_code ec;
+  fs::remove_all(out_dir, ec);
+  fs::create_directories(out_dir, ec);
+  if (ec) return Status::IOError("create " + out_dir + ": " + ec.message());
+  const bool cuda = slot.device.is_cuda();
+  const int threads = options_.threads_per_cpu_device;
+  json spec = {
+      {"version", 1},
+      {"store", paths_.store()},
+      {"generation", generation_},
+      {"tables",
+       {{"train", config_->store.train}, {"pool", config_->store.pool}, {"test", config_->store.test}}},
+      {"member", member.name},
+      {"member_index", a.task.index},
+      {"round", round_},
+      {"attempt", a.number},
+      {"device", slot.device.ToString()},
+      {"torch_device", cuda ? "cuda:0" : "cpu"},
+      {"threads", threads},
+      {"out_dir", out_dir},
+      {"predictions",
+       {{"pool", out_dir + "/predictions-pool.npy"}, {"test", out_dir + "/predictions-test.npy"}}},
+      {"checkpoint", out_dir + "/checkpoint"},
+      {"warm_start_from",
+       a.task.warm_start_from.empty() ? json(nullptr) : json(a.task.warm_start_from)},
+      {"heartbeat_timeout_s", std::chrono::duration<double>(options_.heartbeat_timeout).count()},
+      {"config", member.script_config.is_null() ? json::object() : member.script_config},
+  };
+  std::string spec_path = out_dir + "/spec.json";
+  COHORT_RETURN_IF_ERROR(WriteFileAtomically(store::Env::Default(), spec_path, spec.dump(2) + "\n"));
+
+  launch::SpawnSpec sp;
+  sp.argv = member.command;
+  sp.env = launch::DeviceEnvironment(slot.device, threads, options_.cpu_count);
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"COHORT_SPEC", spec_path},
+      {"COHORT_STORE", paths_.store()},
+      {"COHORT_GENERATION", std::to_string(generation_)},
+      {"COHORT_TRAIN_TABLE", config_->store.train},
+      {"COHORT_POOL_TABLE", config_->store.pool},
+      {"COHORT_TEST_TABLE", config_->store.test},
+      {"COHORT_MEMBER", member.name},
+      {"COHORT_MEMBER_INDEX", std::to_string(a.task.index)},
+      {"COHORT_ROUND", std::to_string(round_)},
+      {"COHORT_ATTEMPT", std::to_string(a.number)},
+      {"COHORT_DEVICE", slot.device.ToString()},
+      {"COHORT_TORCH_DEVICE", cuda ? "cuda:0" : "cpu"},
+      {"COHORT_THREADS", std::to_string(threads)},
+      {"COHORT_OUT_DIR", out_dir},
+      // Plain print() lines count as signs of life only if they are not held in a buffer.
+      {"PYTHONUNBUFFERED", "1"},
+  };
+  sp.env.insert(sp.env.end(), vars.begin(), vars.end());
+  sp.cwd = fs::path(config_->path).parent_path().string();
+  if (sp.cwd.empty()) sp.cwd = ".";
+  sp.stderr_path = out_dir + "/member.log";
+  sp.heartbeat_timeout = options_.heartbeat_timeout;
+  auto child = set_->Spawn(sp);
+  MemberLine& line = display_->member(a.task.index);
+  line = MemberLine{.name = line.name, .retries = line.retries};
+  line.device = slot.name;
+  line.attempt = a.number;
+  if (!child.ok()) {
+    // A program that cannot start is this attempt's failure (a typo in `command`), not the
+    // controller's: it is journalled and retried like any other.
+    EndAttempt(slot, AttemptStatus::kFailed, child.status().message());
+    return Status::OK();
+  }
+  a.script = *child;
+  a.busy = true;
+  a.command_started = a.busy_since = Clock::now();
+  slot.idle_s += Seconds(a.busy_since - slot.idle_since);
+  line.state = MemberLine::State::kTraining;
+  return journal_->SetAttemptPid(a.id, a.script->pid());
+}
+
+std::string Scheduler::CheckPredictions(const Attempt& a) const {
+  int64_t classes = 0;
+  for (bool pool : {true, false}) {
+    std::string name = pool ? "predictions-pool.npy" : "predictions-test.npy";
+    std::string path = paths_.Absolute(a.dir + "/" + name);
+    if (!fs::exists(path)) return "exited 0 without writing " + name;
+    auto array = store::ReadNpyFile(path);
+    if (!array.ok()) return array.status().message();
+    uint64_t rows = pool ? pool_rows_ : test_rows_;
+    if (array->dtype != store::Dtype::kFloat32 || array->shape.size() != 2 ||
+        array->shape[0] != rows || array->shape[1] < 2) {
+      return fmt::format("{}: expected float32 probabilities of shape ({}, classes), got {} {}",
+                         name, rows, store::DtypeName(array->dtype),
+                         store::DimsToString(array->shape));
+    }
+    auto width = static_cast<int64_t>(array->shape[1]);
+    if (classes != 0 && width != classes) {
+      return fmt::format("{} has {} classes but predictions-pool.npy has {}", name, width, classes);
+    }
+    classes = width;
+    std::vector<float> values(array->data.size() / sizeof(float));
+    std::memcpy(values.data(), array->data.data(), array->data.size());
+    auto view = MakeEnsemblePredictions(values, 1, static_cast<int64_t>(rows), classes);
+    Status valid = view.ok() ? ValidatePredictions(*view) : view.status();
+    if (!valid.ok()) return name + ": " + valid.message();
+  }
+  return "";
+}
+
+void Scheduler::ScriptExited(Slot& slot, const launch::ExitInfo& info) {
+  Attempt& a = *slot.attempt;
+  a.script = nullptr;
+  std::string log = " (log: " + paths_.Absolute(a.dir + "/member.log") + ")";
+  if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) {
+    std::string problem = CheckPredictions(a);
+    if (problem.empty()) {
+      a.predict_seconds = 0;
+      EndAttempt(slot, AttemptStatus::kDone, "exit 0");
+    } else {
+      EndAttempt(slot, AttemptStatus::kFailed, problem + log);
+    }
+    return;
+  }
+  std::string why = info.ToString();
+  if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
+  if (!a.script_error.empty()) why += ": " + a.script_error;
+  bool killed = info.reason != launch::ExitReason::kExited &&
+                info.reason != launch::ExitReason::kSignalled;
+  EndAttempt(slot, killed ? AttemptStatus::kKilled : AttemptStatus::kFailed, "script " + why + log);
 }
 
 Status Scheduler::SendNext(Slot& slot) {
@@ -370,7 +582,7 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
   auto now = Clock::now();
   slot.idle_since = now;
   if (!a.busy) slot.idle_s += Seconds(now - a.started);
-  CopyAttemptLog(slot, a);
+  if (!a.task.member->is_script()) CopyAttemptLog(slot, a);
 
   AttemptEnd end;
   end.status = status;
@@ -380,6 +592,12 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
   result.attempt = a.number;
   if (status == AttemptStatus::kDone) {
     json metrics = json::object();
+    if (a.task.member->is_script()) {
+      if (a.train_done.contains("metrics") && a.train_done["metrics"].is_object()) {
+        metrics = a.train_done["metrics"];
+      }
+      if (a.train_done.contains("seconds")) metrics["seconds"] = a.train_done["seconds"];
+    }
     for (const char* key : {"seconds", "samples", "best_epoch", "stopped_early", "parameters",
                             "step_times"}) {
       if (a.train_done.contains(key)) metrics[key] = a.train_done[key];
@@ -387,7 +605,7 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
     metrics["predict_seconds"] = a.predict_seconds;
     metrics["attempt_seconds"] = Seconds(now - a.started);
     end.metrics_json = metrics.dump();
-    end.checkpoint = a.dir + "/checkpoint.pt";
+    end.checkpoint = a.dir + (a.task.member->is_script() ? "/checkpoint" : "/checkpoint.pt");
     end.predictions_json = json{{"pool", a.dir + "/predictions-pool.npy"},
                                 {"test", a.dir + "/predictions-test.npy"}}
                                .dump();
@@ -429,14 +647,15 @@ void Scheduler::CheckDeadlines() {
   if (options_.attempt_timeout.count() <= 0) return;
   auto now = Clock::now();
   for (auto& slot : slots_) {
-    if (!slot->attempt || slot->worker == nullptr || !slot->attempt->timeout_reason.empty()) {
-      continue;
-    }
+    if (!slot->attempt || !slot->attempt->timeout_reason.empty()) continue;
+    launch::Subprocess* process =
+        slot->attempt->script != nullptr ? slot->attempt->script : slot->worker;
+    if (process == nullptr) continue;
     if (now - slot->attempt->started > options_.attempt_timeout) {
       slot->attempt->timeout_reason =
           fmt::format("killed: the attempt ran longer than attempt_timeout_s ({} s)",
                       std::chrono::duration<double>(options_.attempt_timeout).count());
-      (void)slot->worker->Terminate();
+      (void)process->Terminate();
     }
   }
 }
@@ -459,6 +678,7 @@ Status Scheduler::PollOnce(std::chrono::milliseconds timeout) {
 void Scheduler::KillAll(const std::string& why) {
   for (auto& slot : slots_) {
     if (slot->worker != nullptr) (void)slot->worker->Kill();
+    if (slot->attempt && slot->attempt->script != nullptr) (void)slot->attempt->script->Kill();
   }
   if (program_ != nullptr) (void)program_->Kill();
   // Reap them, so every attempt gets its end in the journal.
@@ -478,6 +698,13 @@ Status Scheduler::RunRound(int64_t round, uint64_t generation, const LoopConfig&
   round_ = round;
   generation_ = generation;
   config_ = &config;
+  {
+    COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(paths_.store(), generation));
+    COHORT_ASSIGN_OR_RETURN(const store::Table* pool, snap->table(config.store.pool));
+    COHORT_ASSIGN_OR_RETURN(const store::Table* test, snap->table(config.store.test));
+    pool_rows_ = pool->size();
+    test_rows_ = test->size();
+  }
   queue_ = std::move(tasks);
   results_ = results;
   *stats = PhaseStats{};

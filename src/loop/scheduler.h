@@ -113,6 +113,10 @@ class Scheduler {
             Display* display);
 
   Status StartAttempt(Slot& slot, MemberTask task);
+  Status StartScript(Slot& slot);
+  void ScriptExited(Slot& slot, const launch::ExitInfo& info);
+  // Empty when the attempt's prediction files are sound, else what is wrong with them.
+  std::string CheckPredictions(const Attempt& attempt) const;
   Status SpawnWorker(Slot& slot);
   Status SendNext(Slot& slot);
   // Ends the slot's attempt; requeues its task when it failed and has attempts left.
@@ -140,6 +144,8 @@ class Scheduler {
   std::vector<MemberTask> queue_;
   std::vector<MemberResult>* results_ = nullptr;
   PhaseStats* stats_ = nullptr;
+  uint64_t pool_rows_ = 0;
+  uint64_t test_rows_ = 0;
 
   // RunProgram's child, while it runs.
   launch::Subprocess* program_ = nullptr;
