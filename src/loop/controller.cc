@@ -256,7 +256,8 @@ Status Controller::Prepare() {
   COHORT_RETURN_IF_ERROR(CheckConfigAgainstStore(config_, **snap));
 
   display_ = std::make_unique<Display>(options_.out, options_.display);
-  COHORT_ASSIGN_OR_RETURN(run_, OpenRunDir(config_, config_text_, store_env_));
+  // The crash points count the loop's own commits, not the clone.
+  COHORT_ASSIGN_OR_RETURN(run_, OpenRunDir(config_, config_text_, store::Env::Default()));
   if (run_.resumed) {
     display_->Note(fmt::format("resuming run {} in {}", config_.name, run_.paths.root));
     for (const ConfigChange& c : run_.changes) {
@@ -435,6 +436,10 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   }
   if (config_.stop.label_budget) k = std::min(k, *config_.stop.label_budget - used);
   k = std::min<int64_t>(k, static_cast<int64_t>(pool->size()));
+  if (stop_reason_.empty() && k <= 0 && !config_.stop.max_rounds && !config_.stop.target) {
+    // Retraining on the same data forever helps nobody.
+    stop_reason_ = "nothing is left to acquire";
+  }
   std::string summary = fmt::format(
       "round {}: {}/{} members, test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", round,
       test_pred.members, config_.members.size(), metrics.ensemble.accuracy, metrics.ensemble.nll,
@@ -607,8 +612,16 @@ Result<RunOutcome> Controller::RunRounds() {
       }
     }
     uint64_t next = generation;
-    COHORT_ASSIGN_OR_RETURN(bool more, FinishRound(round, generation, results, stats, reconsider,
-                                                   &next));
+    auto finished = FinishRound(round, generation, results, stats, reconsider, &next);
+    if (!finished.ok() && scheduler_->interrupts() >= 2) {
+      // Ctrl-C twice while the oracle ran: the round stays unfinished and resumable.
+      display_->Finish();
+      COHORT_RETURN_IF_ERROR(StopRun(RunStatus::kStopped));
+      display_->Note(fmt::format("stopped in round {}; run `cohort run {}` again to resume",
+                                 round, options_.config_path));
+      return RunOutcome::kStopped;
+    }
+    COHORT_ASSIGN_OR_RETURN(bool more, std::move(finished));
     reconsider = false;
     if (!more) {
       display_->Finish();

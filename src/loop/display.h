@@ -31,7 +31,7 @@ struct MemberLine {
   std::optional<double> loss;
   std::optional<double> samples_per_second;
   std::optional<double> eta_s;
-  std::string note;  // "acc 0.812" when done, the reason when failed
+  std::string note;  // "in 1m05s" when done, the reason when failed
 };
 
 struct DisplayOptions {

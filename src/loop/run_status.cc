@@ -95,6 +95,7 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
       jm["name"] = m.name;
       jm["status"] = "queued";
       jm["attempts"] = 0;
+      for (const char* key : {"device", "pid", "exit", "log"}) jm[key] = nullptr;
       for (const AttemptRecord& a : attempts) {
         if (a.member != m.name) continue;
         jm["attempts"] = jm["attempts"].get<int>() + 1;

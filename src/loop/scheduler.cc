@@ -576,7 +576,12 @@ void Scheduler::CopyAttemptLog(const Slot& slot, const Attempt& a) {
   out << in.rdbuf();
 }
 
-void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& exit) {
+void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& exit_in) {
+  std::string exit = exit_in;
+  if (!kill_all_reason_.empty() && status != AttemptStatus::kDone) {
+    status = AttemptStatus::kKilled;
+    exit = kill_all_reason_;
+  }
   Attempt a = std::move(*slot.attempt);
   slot.attempt.reset();
   auto now = Clock::now();
@@ -626,7 +631,10 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
     MemberTask retry = a.task;
     retry.next_attempt = a.number + 1;
     retry.attempts_left -= 1;
-    if (retry.attempts_left > 0) {
+    if (!kill_all_reason_.empty()) {
+      line.state = MemberLine::State::kFailed;
+      line.note = exit;
+    } else if (retry.attempts_left > 0) {
       line.state = MemberLine::State::kQueued;
       display_->Note(fmt::format("round {}: {} attempt {} on {} failed: {}; retrying", round_,
                                  a.task.member->name, a.number, slot.name, exit));
@@ -676,6 +684,9 @@ Status Scheduler::PollOnce(std::chrono::milliseconds timeout) {
 }
 
 void Scheduler::KillAll(const std::string& why) {
+  // Attempts ended here end for `why`, not for the signal that carried it out, and are not
+  // retried: what they were doing was not their fault.
+  kill_all_reason_ = why;
   for (auto& slot : slots_) {
     if (slot->worker != nullptr) (void)slot->worker->Kill();
     if (slot->attempt && slot->attempt->script != nullptr) (void)slot->attempt->script->Kill();
@@ -690,6 +701,7 @@ void Scheduler::KillAll(const std::string& why) {
   for (auto& slot : slots_) {
     if (slot->attempt) EndAttempt(*slot, AttemptStatus::kKilled, why);
   }
+  kill_all_reason_.clear();
 }
 
 Status Scheduler::RunRound(int64_t round, uint64_t generation, const LoopConfig& config,
@@ -763,6 +775,10 @@ Result<launch::ExitInfo> Scheduler::RunProgram(const launch::SpawnSpec& spec) {
     Handler handler(this);
     handler.program_log = spec.stderr_path;
     COHORT_ASSIGN_OR_RETURN(auto polled, set_->Poll(std::chrono::milliseconds(250), handler));
+    if (polled.interrupts > 0 && interrupts_ == 0) {
+      display_->Note("interrupted: finishing the round once the oracle is done, then stopping "
+                     "(Ctrl-C again to stop now)");
+    }
     interrupts_ += polled.interrupts;
     if (interrupts_ >= 2 && program_ != nullptr) (void)program_->Kill();
   }

@@ -9,7 +9,7 @@
 // Failures: a worker that exits, closes its stdout, goes silent past the heartbeat timeout,
 // or runs one attempt past the attempt timeout is killed (SIGTERM to its process group, then
 // SIGKILL) and its slot gets a fresh worker; a worker that answers a command with an error
-// event stays up. Either way the attempt is journalled as failed or killed and the member is
+// event stays up and serves the retry (the error was the member's, not the process's). Either way the attempt is journalled as failed or killed and the member is
 // queued again while it has attempts left; other members are never held up by it.
 //
 // Interrupts (SIGINT/SIGTERM, seen through the launcher): the first is reported to the caller,
@@ -136,6 +136,7 @@ class Scheduler {
   int interrupts_ = 0;
   int worker_logs_ = 0;  // worker processes started, for unique log names
   Status fatal_;         // a journal write that failed inside a callback
+  std::string kill_all_reason_;  // while KillAll runs: why every attempt ends
 
   // The round being run.
   int64_t round_ = 0;
