@@ -16,6 +16,8 @@ import sys
 import time
 import unittest
 
+import numpy as np
+
 COHORT = None
 SCRATCH = None
 FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -50,7 +52,7 @@ MEMBERS = [
 
 
 def write_config(dir, name="loop", members=MEMBERS, devices=2, rounds=3, k=100, strategy="bald",
-                 epochs=2, extra_member="", failure="", stop="", source=None, top=""):
+                 epochs=2, extra_member="", failure="", stop="", source=None, top="", oracle=""):
     os.makedirs(dir, exist_ok=True)
     devs = ", ".join(f'"cpu:{i}"' for i in range(devices))
     text = f'''name = "{name}"
@@ -75,6 +77,7 @@ strategy = "{strategy}"
 batch_size = {k}
 seed = 7
 
+{oracle}
 [stop]
 max_rounds = {rounds}
 {stop}
@@ -244,6 +247,53 @@ class ClosedLoop(LoopCase):
         self.assertIn("mlp-a", text)
 
 
+ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "outside", "oracle.py")
+
+
+class CommandOracle(LoopCase):
+    def oracle_config(self):
+        return write_config(self.dir, rounds=2, k=50, members=MEMBERS[:2],
+                            oracle=f'[oracle]\nkind = "command"\n'
+                                   f'command = ["/usr/bin/python3", "{ORACLE}"]\n')
+
+    def test_labels_come_from_the_program(self):
+        config = self.oracle_config()
+        self.run_loop(config)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        oracle_dir = os.path.join(run_dir, "oracle", "round-0000")
+        ids = np.load(os.path.join(oracle_dir, "ids.npy"))
+        self.assertEqual(len(ids), 50)
+        self.assertEqual(np.load(os.path.join(oracle_dir, "features.npy")).shape, (50, 28, 28))
+        with open(os.path.join(oracle_dir, "oracle.log")) as f:
+            self.assertIn("labelling 50 samples of round 0", f.read())
+        prefix = os.path.join(self.dir, "export")
+        cohort("data", "export", os.path.join(run_dir, "store"), "--table", "train",
+               "--out", prefix)
+        train_ids, train_y = np.load(prefix + ".ids.npy"), np.load(prefix + ".y.npy")
+        given = dict(zip(train_ids.tolist(), train_y.tolist()))
+        self.assertEqual([given[i] for i in ids.tolist()], [i % 10 for i in ids.tolist()])
+
+    def test_a_failing_or_short_answer_fails_the_round_clearly(self):
+        for mode, mention in (("fail", "exited with status 1"), ("short", "49 labels for 50")):
+            with self.subTest(mode):
+                shutil.rmtree(self.dir, ignore_errors=True)
+                config = self.oracle_config()
+                proc = self.run_loop(config, expect=1, env=dict(os.environ, ORACLE_MODE=mode))
+                err = [l for l in proc.stderr.splitlines() if l.startswith("cohort: error:")]
+                self.assertEqual(len(err), 1, proc.stderr)
+                self.assertIn("oracle", err[0])
+                self.assertIn(mention, err[0])
+                run_dir = os.path.join(self.dir, "runs", "loop")
+                self.assertFalse(os.path.exists(os.path.join(run_dir, "oracle", "round-0000",
+                                                             "labels.npy")))
+                # Fixed, the same run resumes: round 0 is not retrained.
+                self.run_loop(config)
+                db = journal(run_dir)
+                n = db.execute("SELECT count(*) FROM attempts WHERE round = 0").fetchone()[0]
+                db.close()
+                self.assertEqual(n, 2)
+
+
 class Failures(LoopCase):
     def test_killed_worker_is_retried(self):
         config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2])
@@ -312,6 +362,21 @@ class Failures(LoopCase):
         db = journal(run_dir)
         a = db.execute("SELECT count(*) FROM attempts WHERE member = 'mlp-a' AND round = 0")
         self.assertEqual(a.fetchone()[0], 1)
+        self.assertEqual(self.status(run_dir)["status"], "finished")
+
+    def test_a_member_out_of_retries_stays_out_after_a_crash(self):
+        bad = '\n[[member]]\nname = "diverges"\nmodel = "dense 10"\nseed = 4\n' \
+              'optimizer = { name = "sgd", learning_rate = 1e38 }\n'
+        config = write_config(self.dir, rounds=2, members=MEMBERS[:1], extra_member=bad,
+                              failure="retries = 1\nmin_members = 1")
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=dict(os.environ, COHORT_CRASH_AT="acquired"))
+        self.run_loop(config)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        db = journal(run_dir)
+        n = db.execute("SELECT count(*) FROM attempts WHERE round = 0 AND member = 'diverges'")
+        self.assertEqual(n.fetchone()[0], 2)  # 1 + retries, not one more after the resume
+        db.close()
         self.assertEqual(self.status(run_dir)["status"], "finished")
 
     def test_malformed_configs(self):

@@ -192,7 +192,13 @@ class Controller {
   explicit Controller(const RunOptions& options) : options_(options) {}
   // RunRounds, and a run that ends in an error is journalled as failed.
   Result<RunOutcome> Run() {
-    auto outcome = RunRounds();
+    Result<RunOutcome> outcome = Status::Aborted("not run");
+    try {
+      outcome = RunRounds();
+    } catch (const std::exception& e) {
+      // A library failure (out of memory, a JSON type error): still one line, still journalled.
+      outcome = Status::Aborted(std::string("internal error: ") + e.what());
+    }
     if (!outcome.ok() && run_.journal) {
       display_->Finish();
       (void)StopRun(RunStatus::kFailed);
@@ -203,8 +209,8 @@ class Controller {
  private:
   Status Prepare();
   // Trains the round's members that have no finished attempt. OK with results filled.
-  Status TrainMembers(int64_t round, uint64_t generation, std::vector<MemberResult>* results,
-                      PhaseStats* stats);
+  Status TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
+                      std::vector<MemberResult>* results, PhaseStats* stats);
   // Everything after training: metrics, stop rules, acquisition, labels, commit. Sets
   // *next_generation and returns whether the run goes on. `reconsider`: the round was
   // finished as the last one; only continue it if the stop rules now allow.
@@ -305,21 +311,24 @@ Result<std::vector<MemberResult>> Controller::ResultsFromJournal(int64_t round) 
       r.attempt = a.attempt;
       r.checkpoint = a.checkpoint.value_or("");
       json predictions = json::parse(a.predictions_json.value_or("{}"), nullptr, false);
-      if (predictions.is_object()) {
-        r.predictions_pool = predictions.value("pool", "");
-        r.predictions_test = predictions.value("test", "");
-      }
+      auto text = [](const json& j, const char* key) {
+        return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                       : std::string();
+      };
+      auto number = [](const json& j, const char* key) {
+        return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+      };
+      r.predictions_pool = text(predictions, "pool");
+      r.predictions_test = text(predictions, "test");
       json metrics = json::parse(a.metrics_json.value_or("{}"), nullptr, false);
-      if (metrics.is_object()) {
-        r.train_seconds = metrics.value("seconds", 0.0);
-        r.predict_seconds = metrics.value("predict_seconds", 0.0);
-      }
+      r.train_seconds = number(metrics, "seconds");
+      r.predict_seconds = number(metrics, "predict_seconds");
     }
   }
   return results;
 }
 
-Status Controller::TrainMembers(int64_t round, uint64_t generation,
+Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                                 std::vector<MemberResult>* results, PhaseStats* stats) {
   COHORT_ASSIGN_OR_RETURN(*results, ResultsFromJournal(round));
   COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
@@ -360,8 +369,21 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation,
       if (!lost) ++failures;
     }
     task.next_attempt = last_attempt + 1;
-    task.attempts_left = std::max<int>(1, static_cast<int>(1 + config_.failure.retries) - failures);
+    task.attempts_left = static_cast<int>(1 + config_.failure.retries) - failures;
     line.retries = failures;
+    if (task.attempts_left <= 0) {
+      // Out of attempts before the controller stopped: the round went on without it, and a
+      // resume must not change that. Only rerunning a failed round tries it again.
+      if (!retry_failed) {
+        for (const AttemptRecord& a : attempts) {
+          if (a.member == config_.members[i].name && a.exit) (*results)[i].error = *a.exit;
+        }
+        line.state = MemberLine::State::kFailed;
+        line.note = (*results)[i].error;
+        continue;
+      }
+      task.attempts_left = 1;
+    }
     if (config_.members[i].warm_start && !previous.empty() && previous[i].done) {
       // A script need not have written its checkpoint; then it starts afresh.
       std::string checkpoint = run_.paths.Absolute(previous[i].checkpoint);
@@ -411,7 +433,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
     outcome.timings = reconsidered_timings_;
   } else {
     outcome.timings.train_s = stats.wall_s;
-    outcome.timings.predict_s = stats.predict_s;
+    for (const MemberResult& r : results) outcome.timings.predict_s += r.done ? r.predict_seconds : 0;
     outcome.timings.idle_s = stats.idle_s;
   }
   outcome.test.accuracy = metrics.ensemble.accuracy;
@@ -577,14 +599,21 @@ Result<RunOutcome> Controller::RunRounds() {
   while (true) {
     std::vector<MemberResult> results;
     PhaseStats stats;
-    if (reconsider) {
+    // Where a resumed round stood: past training, its members' results are final.
+    std::optional<RoundStatus> phase;
+    if (!rounds.empty() && rounds.back().round == round) phase = rounds.back().status;
+    bool trained_already = phase && (*phase == RoundStatus::kAcquiring ||
+                                     *phase == RoundStatus::kLabelling ||
+                                     *phase == RoundStatus::kCommitting);
+    if (reconsider || trained_already) {
       COHORT_ASSIGN_OR_RETURN(results, ResultsFromJournal(round));
     } else {
       Status begun = journal.BeginRound(run_id, round, generation);
       if (!begun.ok() && begun.code() != Status::Code::kAlreadyExists) return begun;
       if (begun.ok()) MaybeCrash("round-begun");
+      bool retry_failed = phase == RoundStatus::kFailed;
       COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kTraining));
-      Status trained = TrainMembers(round, generation, &results, &stats);
+      Status trained = TrainMembers(round, generation, retry_failed, &results, &stats);
       if (trained.code() == Status::Code::kAborted) {
         display_->Finish();
         COHORT_RETURN_IF_ERROR(StopRun(RunStatus::kStopped));

@@ -47,13 +47,15 @@ Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
   if (ec) return Status::IOError("create " + dir + ": " + ec.message());
   std::string ids_path = dir + "/ids.npy";
   std::string features_path = dir + "/features.npy";
-  std::string labels_path = dir + "/labels.npy";
+  std::string labels_path = dir + "/labels.npy";  // only ever a checked, complete answer
+  std::string answer_path = dir + "/answer.npy";  // where the program writes
   const std::string program = config.oracle.command.front();
 
   store::HostArray id_array = IdsArray(ids);
   bool reuse = fs::exists(labels_path) && SameIds(ids_path, id_array);
   if (!reuse) {
     fs::remove(labels_path, ec);
+    fs::remove(answer_path, ec);
     store::HostArray features;
     features.dtype = pool.schema().feature_dtype;
     features.shape = {rows.size()};
@@ -70,7 +72,7 @@ Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
     spec.stderr_path = dir + "/oracle.log";
     spec.env = {{"COHORT_ORACLE_IDS", ids_path},
                 {"COHORT_ORACLE_FEATURES", features_path},
-                {"COHORT_ORACLE_LABELS", labels_path},
+                {"COHORT_ORACLE_LABELS", answer_path},
                 {"COHORT_ROUND", std::to_string(round)},
                 {"COHORT_STORE", paths.store()},
                 {"COHORT_GENERATION", std::to_string(generation)},
@@ -82,19 +84,23 @@ Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
                                      spec.stderr_path + ")");
     }
   }
-  auto labels = store::ReadNpyFile(labels_path);
+  const std::string& read_path = reuse ? labels_path : answer_path;
+  auto labels = store::ReadNpyFile(read_path);
   if (!labels.ok()) {
     return labels.status().WithContext("oracle " + program + " did not write usable labels");
   }
   Result<store::HostArray> converted =
       train.schema().label_kind == store::LabelKind::kClass
-          ? store::ToClassLabels(std::move(*labels), labels_path)
-          : store::ToVectorLabels(std::move(*labels), labels_path);
+          ? store::ToClassLabels(std::move(*labels), read_path)
+          : store::ToVectorLabels(std::move(*labels), read_path);
   if (!converted.ok()) return converted.status();
   if (converted->shape.empty() || converted->shape[0] != ids.size()) {
-    return Status::InvalidArgument(labels_path + ": " + std::to_string(converted->shape[0]) +
-                                   " labels for " + std::to_string(ids.size()) + " samples");
+    return Status::InvalidArgument(
+        read_path + ": " + std::to_string(converted->shape.empty() ? 0 : converted->shape[0]) +
+        " labels for " + std::to_string(ids.size()) + " samples");
   }
+  // Kept under its final name only now, so a resume reuses nothing but a complete answer.
+  if (!reuse) COHORT_RETURN_IF_ERROR(store::Env::Default()->RenameFile(answer_path, labels_path));
   return std::optional<store::HostArray>(std::move(*converted));
 }
 

@@ -9,13 +9,14 @@
 //   COHORT_ORACLE_IDS       ids.npy: int64 (k,), the store's sample ids, best first
 //   COHORT_ORACLE_FEATURES  features.npy: the samples' features in the same order, the
 //                           pool table's dtype and shape (k, *feature_shape)
-//   COHORT_ORACLE_LABELS    where to write labels.npy: (k,) integer class labels, or
-//                           (k, *label_shape) numbers for a regression train table
+//   COHORT_ORACLE_LABELS    where to write the answer (answer.npy): (k,) integer class
+//                           labels; cohort checks it after exit 0 and keeps it as labels.npy
 //   COHORT_ROUND, COHORT_STORE, COHORT_GENERATION, COHORT_RUN_DIR for information.
 // Exit status 0 with a readable labels.npy of the right length is success; anything else
 // fails the round with a message naming the program and what was wrong. The files stay in
 // the run directory, so the labels given are auditable. A resumed round whose labels.npy
-// exists from an earlier start, for the same ids, reuses it instead of asking again.
+// exists from an earlier start, for the same ids, reuses it instead of asking again; a
+// half-written or unchecked answer is never reused.
 //
 // Thread-safety: used by the controller thread only.
 #pragma once

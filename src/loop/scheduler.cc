@@ -33,6 +33,12 @@ std::optional<double> NumberField(const json& event, const char* key) {
   return it->get<double>();
 }
 
+// Events come from other programs: a field of the wrong type reads as absent, never throws.
+std::string StringField(const json& event, const char* key, const std::string& fallback = "") {
+  auto it = event.find(key);
+  return it != event.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 int64_t IntField(const json& event, const char* key) {
   auto it = event.find(key);
   return it != event.end() && it->is_number() ? it->get<int64_t>() : 0;
@@ -100,29 +106,31 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
       if (&child == s_->program_) OnLog(child, "@cohort " + event.dump());
       return;
     }
-    std::string ev = event.value("ev", "");
+    std::string ev = StringField(event, "ev");
+    // An idle worker beside a script member's attempt has nothing to say about it.
+    bool native_attempt = slot->attempt && !slot->attempt->task.member->is_script();
     if (ev == "hello") {
-      if (event.value("version", 0) != 1) {
+      if (IntField(event, "version") != 1) {
         s_->display_->Note(fmt::format("worker {} speaks protocol version {}, not 1: stopping it",
-                                       child.name(), event.value("version", 0)));
+                                       child.name(), event.contains("version") ? event["version"].dump() : "?"));
         (void)child.Kill();
         return;
       }
       slot->ready = true;
-      if (slot->attempt && s_->fatal_.ok()) s_->fatal_ = s_->SendNext(*slot);
+      if (native_attempt && s_->fatal_.ok()) s_->fatal_ = s_->SendNext(*slot);
       return;
     }
-    if (!slot->attempt || ev == "heartbeat" || ev == "bye") return;
+    if (!native_attempt || ev == "heartbeat" || ev == "bye") return;
     Attempt& a = *slot->attempt;
-    std::string id = event.contains("id") && event["id"].is_string() ? event["id"].get<std::string>() : "";
-    if (id != a.command_id) return;  // a stale answer; nothing is in flight with that id
+    std::string id = StringField(event, "id");
+    if (id.empty() || id != a.command_id) return;  // not an answer to the command in flight
     MemberLine& line = s_->display_->member(a.task.index);
     if (ev == "progress") {
       ShowProgress(line, a, event);
       return;
     }
     if (ev == "error") {
-      std::string message = event.value("message", "error");
+      std::string message = StringField(event, "message", "error (no message)");
       s_->EndAttempt(*slot, AttemptStatus::kFailed, message);
       return;
     }
@@ -169,7 +177,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
   // A script's events carry no command id: it runs one attempt.
   void OnScriptEvent(Slot& slot, json event) {
     Attempt& a = *slot.attempt;
-    std::string ev = event.value("ev", "");
+    std::string ev = StringField(event, "ev");
     MemberLine& line = s_->display_->member(a.task.index);
     if (ev == "progress") {
       ShowProgress(line, a, event);
@@ -585,15 +593,16 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
   Attempt a = std::move(*slot.attempt);
   slot.attempt.reset();
   auto now = Clock::now();
+  if (!a.busy) slot.idle_s += Seconds(now - slot.idle_since);
   slot.idle_since = now;
-  if (!a.busy) slot.idle_s += Seconds(now - a.started);
   if (!a.task.member->is_script()) CopyAttemptLog(slot, a);
 
   AttemptEnd end;
   end.status = status;
   end.exit = exit;
   MemberLine& line = display_->member(a.task.index);
-  MemberResult& result = (*results_)[a.task.index];
+  MemberResult scratch;  // attempts ended after the round returned (the destructor's kill)
+  MemberResult& result = results_ != nullptr ? (*results_)[a.task.index] : scratch;
   result.attempt = a.number;
   if (status == AttemptStatus::kDone) {
     json metrics = json::object();
@@ -601,7 +610,11 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
       if (a.train_done.contains("metrics") && a.train_done["metrics"].is_object()) {
         metrics = a.train_done["metrics"];
       }
-      if (a.train_done.contains("seconds")) metrics["seconds"] = a.train_done["seconds"];
+      if (NumberField(a.train_done, "seconds")) metrics["seconds"] = a.train_done["seconds"];
+      // Only numbers are metrics; a script's odd values stay in its log.
+      for (auto it = metrics.begin(); it != metrics.end();) {
+        it = it->is_number() || it->is_boolean() ? std::next(it) : metrics.erase(it);
+      }
     }
     for (const char* key : {"seconds", "samples", "best_epoch", "stopped_early", "parameters",
                             "step_times"}) {
@@ -721,6 +734,15 @@ Status Scheduler::RunRound(int64_t round, uint64_t generation, const LoopConfig&
   results_ = results;
   *stats = PhaseStats{};
   stats_ = stats;
+  // However this returns (an exception from a library included), the caller's result and
+  // stats objects are not written to afterwards.
+  struct Clear {
+    Scheduler* s;
+    ~Clear() {
+      s->results_ = nullptr;
+      s->stats_ = nullptr;
+    }
+  } clear{this};
   auto phase_start = Clock::now();
   for (auto& slot : slots_) {
     slot->idle_s = 0;
