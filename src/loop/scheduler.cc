@@ -145,7 +145,9 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     }
     if (ev == "predictions" &&
         (a.step == Attempt::Step::kPredictPool || a.step == Attempt::Step::kPredictTest)) {
-      a.predict_seconds += Seconds(Clock::now() - a.command_started);
+      // The worker's own measure when it gives one, else what the controller saw.
+      a.predict_seconds +=
+          NumberField(event, "seconds").value_or(Seconds(Clock::now() - a.command_started));
       if (a.step == Attempt::Step::kPredictPool) {
         a.step = Attempt::Step::kPredictTest;
         if (s_->fatal_.ok()) s_->fatal_ = s_->SendNext(*slot);

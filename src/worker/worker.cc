@@ -489,8 +489,10 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(std::string out, f.String("out"));
     COHORT_ASSIGN_OR_RETURN(model::DeviceConfig device, f.Device(DefaultDevice()));
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
+    auto started = Clock::now();
     COHORT_ASSIGN_OR_RETURN(model::PredictResult r,
                             model::Predict(checkpoint, *snapshot, table, out, device));
+    double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     Event e = Make("predictions");
     if (!member_.empty()) e["member"] = member_;
     e["path"] = r.path;
@@ -498,6 +500,7 @@ class Worker {
     e["shape"] = r.shape;
     e["table"] = table;
     e["generation"] = snapshot->generation();
+    e["seconds"] = seconds;
     Emit(e);
     member_.clear();
     return Status::OK();

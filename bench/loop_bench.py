@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""The closed-loop benchmark (docs/benchmarks.md, "The loop"): cohort against the seed's design.
+
+For each setting, in one invocation on one machine, runs the Fashion-MNIST active-learning
+example (examples/fashion-mnist/loop.toml: 8 members, 2 CPU devices, 1,000 labels to start,
++1,000 per round) twice, first with `cohort run`, then with bench/seed_baseline/seed_loop.py
+(the same members, seeds, data, rounds, acquisition and thread counts), and prints:
+
+- end-to-end wall time of the loop and the mean time per round, and the ratio;
+- the lower bound: training plus prediction compute measured inside the workers, summed over
+  members and rounds, divided by the device count; each system's overhead above it;
+- the round transition: the last member of a round done -> every device running a member of
+  the next round;
+- the final ensemble test accuracy and NLL of both.
+
+  bench/loop_bench.py [--settings short,long] [--cohort BUILD/src/cli/cohort] [--scratch DIR]
+  bench/loop_bench.py --quick     # smoke: a small store, 2 members, 2 rounds of 1 epoch
+
+Figures are printed, never asserted. Run it on an otherwise idle machine.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+PROG = "loop_bench"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
+BASELINE = os.path.join(REPO, "bench", "seed_baseline", "seed_loop.py")
+FMNIST = "/usr/share/datasets/fashion-mnist"
+PYTHON = "/usr/bin/python3"
+
+SETTINGS = {  # name -> (rounds, epochs override or None)
+    "short": (2, None),
+    "long": (5, None),
+    "quick": (2, 1),
+}
+
+
+def fail(message):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(argv, **kw):
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        fail(f"{' '.join(argv[:3])} ... exited {proc.returncode}: "
+             f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return proc
+
+
+def build_store(cohort, path, train, pool, test):
+    shutil.rmtree(path, ignore_errors=True)
+    run([cohort, "data", "init", path])
+    run([cohort, "data", "import", path, "--table", "train", "--limit", str(train + pool),
+         "--idx", f"{FMNIST}/train-images-idx3-ubyte.gz", f"{FMNIST}/train-labels-idx1-ubyte.gz"])
+    run([cohort, "data", "import", path, "--table", "test", "--limit", str(test), "--idx",
+         f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
+    run([cohort, "data", "split", path, "--from", "train", "--to", "pool", "--count", str(pool),
+         "--seed", "1"])
+
+
+def derived_config(path, name, store, rounds, epochs, members, k):
+    """The example's config with the run's name, store, rounds (and for --quick, fewer members
+    and epochs), written to `path`."""
+    with open(EXAMPLE) as f:
+        text = f.read()
+    text = re.sub(r'^name = ".*"', f'name = "{name}"', text, count=1, flags=re.M)
+    text = re.sub(r'^source = ".*"', f'source = "{store}"', text, count=1, flags=re.M)
+    text = re.sub(r"^max_rounds = \d+", f"max_rounds = {rounds}", text, count=1, flags=re.M)
+    if epochs is not None:
+        text = re.sub(r"^epochs = \d+", f"epochs = {epochs}", text, count=1, flags=re.M)
+    if k is not None:
+        text = re.sub(r"^batch_size = 1000", f"batch_size = {k}", text, count=1, flags=re.M)
+    if members is not None:
+        parts = text.split("[[member]]")
+        tail = parts[-1][parts[-1].index("[acquisition]"):]
+        kept = parts[1:members + 1]
+        kept[-1] = kept[-1].split("[acquisition]")[0]
+        text = parts[0] + "".join("[[member]]" + p for p in kept) + tail
+        text = re.sub(r"^min_members = \d+", f"min_members = {members}", text, count=1,
+                      flags=re.M)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def seconds_between(a, b):
+    return (b - a) * 86400.0
+
+
+def cohort_figures(cohort, config, devices):
+    run_dir = os.path.join(os.path.dirname(config), "runs", os.path.basename(config)[:-5])
+    shutil.rmtree(run_dir, ignore_errors=True)
+    t0 = time.perf_counter()
+    run([cohort, "run", "--plain", config])
+    wall = time.perf_counter() - t0
+    db = sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
+    rounds = db.execute("SELECT round, julianday(started_at), julianday(ended_at), test_accuracy,"
+                        " test_nll FROM rounds ORDER BY round").fetchall()
+    attempts = db.execute("SELECT round, device, julianday(started_at), julianday(ended_at),"
+                          " metrics_json FROM attempts WHERE status = 'done'").fetchall()
+    db.close()
+    compute = 0.0
+    for _, _, _, _, metrics in attempts:
+        m = json.loads(metrics)
+        compute += m.get("seconds", 0.0) + m.get("predict_seconds", 0.0)
+    loop_s = seconds_between(rounds[0][1], rounds[-1][2])
+    transitions = []
+    for r in range(1, len(rounds)):
+        last_done = max(a[3] for a in attempts if a[0] == r - 1)
+        first_on = {}
+        for a in attempts:
+            if a[0] == r:
+                first_on[a[1]] = min(first_on.get(a[1], a[2]), a[2])
+        if len(first_on) == devices:
+            transitions.append(seconds_between(last_done, max(first_on.values())))
+    return {"wall": wall, "loop": loop_s, "rounds": len(rounds), "compute": compute,
+            "transition": sum(transitions) / len(transitions) if transitions else None,
+            "accuracy": rounds[-1][3], "nll": rounds[-1][4]}
+
+
+def baseline_figures(config, store, work, members, epochs):
+    out = os.path.join(work, "baseline.json")
+    argv = [PYTHON, BASELINE, "--config", config, "--store", store, "--work", work,
+            "--json", out, "--quiet"]
+    t0 = time.perf_counter()
+    run(argv)
+    wall = time.perf_counter() - t0
+    with open(out) as f:
+        j = json.load(f)
+    return {"wall": wall, "loop": j["total_seconds"], "rounds": len(j["rounds"]),
+            "compute": j["compute_seconds"], "transition": j["mean_transition_s"],
+            "accuracy": j["final_test_accuracy"], "nll": j["final_test_nll"]}
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--settings", default="short,long",
+                    help="comma-separated: short (2 rounds), long (5 rounds)")
+    ap.add_argument("--cohort", default=os.path.join(REPO, "build", "src", "cli", "cohort"))
+    ap.add_argument("--store", default=os.path.join(REPO, "examples", "fashion-mnist", "store"),
+                    help="the example store (scripts/demo builds it)")
+    ap.add_argument("--scratch", default=os.path.join(REPO, "build", "loop-bench"))
+    ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    a = ap.parse_args()
+    cohort = os.path.abspath(a.cohort)
+    if not os.access(cohort, os.X_OK):
+        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    os.makedirs(a.scratch, exist_ok=True)
+    members = k = None
+    if a.quick:
+        settings = ["quick"]
+        store = os.path.join(os.path.abspath(a.scratch), "quick-store")
+        build_store(cohort, store, train=300, pool=2000, test=500)
+        members, k = 2, 200
+    else:
+        settings = [s for s in a.settings.split(",") if s]
+        for s in settings:
+            if s not in ("short", "long"):
+                fail(f"unknown setting '{s}' (short, long)")
+        store = os.path.abspath(a.store)
+        if not os.path.exists(os.path.join(store, "CURRENT")):
+            fail(f"{store}: no store (run scripts/demo, or pass --store)")
+    devices = 2
+    rows = []
+    for s in settings:
+        rounds, epochs = SETTINGS[s]
+        work = os.path.join(os.path.abspath(a.scratch), s)
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        config = os.path.join(work, f"bench-{s}.toml")
+        derived_config(config, f"bench-{s}", store, rounds, epochs, members, k)
+        print(f"{PROG}: setting {s}: {rounds} rounds; cohort ...", file=sys.stderr, flush=True)
+        c = cohort_figures(cohort, config, devices)
+        print(f"{PROG}: setting {s}: baseline ...", file=sys.stderr, flush=True)
+        b = baseline_figures(config, store, os.path.join(work, "baseline"), members, epochs)
+        for name, f in (("cohort", c), ("seed_baseline", b)):
+            lower = f["compute"] / devices
+            rows.append((s, name, f["loop"], f["loop"] / f["rounds"], lower,
+                         100.0 * (f["loop"] - lower) / lower if lower > 0 else None,
+                         f["transition"], f["accuracy"], f["nll"], f["wall"]))
+        rows.append((s, "ratio", b["loop"] / c["loop"], None, None, None, None, None, None, None))
+
+    print(f"\n{'setting':<8} {'system':<14} {'loop_s':>8} {'per_round_s':>11} {'lower_bound_s':>13} "
+          f"{'overhead_%':>10} {'transition_s':>12} {'test_acc':>8} {'test_nll':>8} "
+          f"{'process_s':>9}")
+    for r in rows:
+        if r[1] == "ratio":
+            print(f"{r[0]:<8} {'baseline/cohort':<14} {r[2]:>8.2f}x")
+            continue
+        print(f"{r[0]:<8} {r[1]:<14} {r[2]:>8.1f} {r[3]:>11.1f} {r[4]:>13.1f} "
+              f"{fmt(r[5], '>10.1f')} {fmt(r[6], '>12.2f')} {r[7]:>8.4f} {r[8]:>8.4f} "
+              f"{r[9]:>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
