@@ -224,7 +224,15 @@ class ClosedLoop(LoopCase):
         for f in ("checkpoint.pt", "predictions-pool.npy", "predictions-test.npy", "worker.log"):
             self.assertTrue(os.path.exists(os.path.join(attempt, f)), f)
 
-        # Rerunning a finished run changes nothing; more rounds continue it.
+        # The last round does not predict the pool: nothing is acquired after it.
+        db = journal(run_dir)
+        last = [json.loads(r[0]) for r in db.execute(
+            "SELECT predictions_json FROM attempts WHERE round = 2")]
+        db.close()
+        self.assertEqual([sorted(p) for p in last], [["test"]] * 3)
+
+        # Rerunning a finished run changes nothing; more rounds continue it (round 2's members
+        # train again, identically, to predict the pool it now acquires from).
         first = outcome(run_dir)
         self.run_loop(config)
         self.assertEqual(outcome(run_dir), first)
@@ -233,6 +241,8 @@ class ClosedLoop(LoopCase):
         s = self.status(run_dir)
         self.assertEqual([r["labels"] for r in s["rounds"]], [300, 400, 500, 600])
         self.assertEqual(s["status"], "finished")
+        self.assertEqual([m["attempts"] for m in s["rounds"][2]["members"]], [2, 2, 2])
+        self.assertEqual(s["rounds"][2]["test_accuracy"], first["rounds"][2][5])
 
     def test_label_budget_and_text_status(self):
         config = write_config(self.dir, rounds=10, k=150, strategy="entropy",

@@ -211,6 +211,12 @@ class Controller {
   // Trains the round's members that have no finished attempt. OK with results filled.
   Status TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                       std::vector<MemberResult>* results, PhaseStats* stats);
+  // Whether a round on `generation` is known to be the last before it trains (max_rounds,
+  // a spent budget, an empty pool), so its members need not predict the pool.
+  Result<bool> KnownLastRound(int64_t round, uint64_t generation);
+  // A round continued past what was to be its end trains again the native members that did
+  // not predict the pool (deterministically the same members), this time predicting it.
+  Status PredictMissingPool(int64_t round, uint64_t generation, std::vector<MemberResult>* results);
   // Everything after training: metrics, stop rules, acquisition, labels, commit. Sets
   // *next_generation and returns whether the run goes on. `reconsider`: the round was
   // finished as the last one; only continue it if the stop rules now allow.
@@ -328,9 +334,56 @@ Result<std::vector<MemberResult>> Controller::ResultsFromJournal(int64_t round) 
   return results;
 }
 
+Result<bool> Controller::KnownLastRound(int64_t round, uint64_t generation) {
+  if (config_.stop.max_rounds && round + 1 >= *config_.stop.max_rounds) return true;
+  COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(run_.paths.store(), generation, store_env_));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* train, snap->table(config_.store.train));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* pool, snap->table(config_.store.pool));
+  int64_t used = static_cast<int64_t>(train->size()) - static_cast<int64_t>(starting_labels_);
+  if (config_.stop.label_budget && used >= *config_.stop.label_budget) return true;
+  return pool->size() == 0 && config_.stop.stop_when_pool_exhausted;
+}
+
+Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
+                                      std::vector<MemberResult>* results) {
+  std::vector<MemberTask> tasks;
+  COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
+  for (size_t i = 0; i < results->size(); ++i) {
+    if (!(*results)[i].done || !(*results)[i].predictions_pool.empty()) continue;
+    MemberTask task;
+    task.index = i;
+    task.member = &config_.members[i];
+    task.next_attempt = 1;
+    for (const AttemptRecord& a : attempts) {
+      if (a.member == config_.members[i].name) task.next_attempt = std::max(task.next_attempt, a.attempt + 1);
+    }
+    task.attempts_left = static_cast<int>(1 + config_.failure.retries);
+    tasks.push_back(task);
+  }
+  if (tasks.empty()) return Status::OK();
+  display_->Note(fmt::format("round {}: the run goes on past its planned end: {} member(s) "
+                             "train again to predict the pool",
+                             round, tasks.size()));
+  std::vector<std::string> names;
+  for (const MemberConfig& m : config_.members) names.push_back(m.name);
+  display_->StartRound(round, generation, 0, last_accuracy_, names);
+  PhaseStats stats;
+  std::vector<MemberResult> fresh(results->size());
+  COHORT_RETURN_IF_ERROR(scheduler_->RunRound(round, generation, config_, tasks, &fresh, &stats));
+  for (const MemberTask& t : tasks) {
+    if (!fresh[t.index].done) {
+      return Status::Aborted(fmt::format("round {}: {} could not predict the pool: {}", round,
+                                         config_.members[t.index].name, fresh[t.index].error));
+    }
+    (*results)[t.index] = fresh[t.index];
+  }
+  return Status::OK();
+}
+
 Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                                 std::vector<MemberResult>* results, PhaseStats* stats) {
   COHORT_ASSIGN_OR_RETURN(*results, ResultsFromJournal(round));
+  COHORT_ASSIGN_OR_RETURN(bool last, KnownLastRound(round, generation));
   COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
   std::vector<MemberResult> previous;
   bool any_warm = std::any_of(config_.members.begin(), config_.members.end(),
@@ -357,6 +410,7 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
     MemberTask task;
     task.index = i;
     task.member = &config_.members[i];
+    task.predict_pool = !last;
     int last_attempt = 0;
     int failures = 0;
     for (const AttemptRecord& a : attempts) {
@@ -478,12 +532,14 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   }
 
   // Acquisition.
+  std::vector<MemberResult> with_pool = results;
+  if (k > 0) COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
   auto t0 = Clock::now();
   COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kAcquiring));
   std::vector<uint64_t> ids, rows;
   if (k > 0) {
     COHORT_ASSIGN_OR_RETURN(StackedPredictions pool_pred,
-                            LoadPredictions(run_.paths, results, true, pool->size()));
+                            LoadPredictions(run_.paths, with_pool, true, pool->size()));
     COHORT_ASSIGN_OR_RETURN(auto pool_view,
                             MakeEnsemblePredictions(pool_pred.data, pool_pred.members,
                                                     pool_pred.samples, pool_pred.classes));

@@ -137,7 +137,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     if (ev == "done" && a.step == Attempt::Step::kTrain) {
       a.train_done = std::move(event);
       RecordEpochs(a);
-      a.step = Attempt::Step::kPredictPool;
+      a.step = a.task.predict_pool ? Attempt::Step::kPredictPool : Attempt::Step::kPredictTest;
       line.state = MemberLine::State::kPredicting;
       line.eta_s.reset();
       if (s_->fatal_.ok()) s_->fatal_ = s_->SendNext(*slot);
@@ -626,13 +626,14 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
     metrics["attempt_seconds"] = Seconds(now - a.started);
     end.metrics_json = metrics.dump();
     end.checkpoint = a.dir + (a.task.member->is_script() ? "/checkpoint" : "/checkpoint.pt");
-    end.predictions_json = json{{"pool", a.dir + "/predictions-pool.npy"},
-                                {"test", a.dir + "/predictions-test.npy"}}
-                               .dump();
+    bool pool = a.task.predict_pool || a.task.member->is_script();
+    json predictions = {{"test", a.dir + "/predictions-test.npy"}};
+    if (pool) predictions["pool"] = a.dir + "/predictions-pool.npy";
+    end.predictions_json = predictions.dump();
     result.done = true;
     result.error.clear();
     result.checkpoint = end.checkpoint;
-    result.predictions_pool = a.dir + "/predictions-pool.npy";
+    result.predictions_pool = pool ? a.dir + "/predictions-pool.npy" : "";
     result.predictions_test = a.dir + "/predictions-test.npy";
     result.train_seconds = NumberField(a.train_done, "seconds").value_or(0);
     result.predict_seconds = a.predict_seconds;

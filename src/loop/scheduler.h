@@ -56,6 +56,9 @@ struct MemberTask {
   std::string warm_start_from;  // absolute checkpoint path, or empty
   int next_attempt = 1;         // the attempt number to use first
   int attempts_left = 1;        // tries this phase may still make
+  // False in a round known to be the last (nothing will be acquired after it): a native
+  // member then skips predicting the pool, often the largest table. Scripts always do it.
+  bool predict_pool = true;
 };
 
 // A member's outcome in a round.
@@ -63,7 +66,7 @@ struct MemberResult {
   bool done = false;
   int attempt = 0;
   std::string checkpoint;   // relative to the run directory
-  std::string predictions_pool;
+  std::string predictions_pool;  // empty when the round did not predict the pool
   std::string predictions_test;
   double train_seconds = 0;    // the worker's training loop
   double predict_seconds = 0;  // both predictions, as the controller saw them

@@ -33,7 +33,7 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_ASSIGN_OR_RETURN(out.member, LoadCheckpoint(checkpoint, device));
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
-    BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table));
+    BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table, &out.member.meta));
     COHORT_ASSIGN_OR_RETURN(auto run, RunOver(out.member.net, pipeline, AllRows(*table),
                                               out.member.meta, device, with_labels));
     out.outputs = run.first;

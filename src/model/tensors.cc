@@ -1,5 +1,7 @@
 #include "model/tensors.h"
 
+#include "model/spec.h"
+
 #include <algorithm>
 
 namespace cohort::model {
@@ -62,9 +64,23 @@ torch::Tensor LossFn::operator()(const torch::Tensor& output, const torch::Tenso
   return (0.5 * (variance.log() + (target - mean).pow(2) / variance)).mean();
 }
 
-int64_t PassBatchRows(const store::Table& table) {
+int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta) {
   const size_t row_bytes = std::max<size_t>(table.schema().feature_row_bytes(), 1);
-  return std::clamp<int64_t>(static_cast<int64_t>((64u << 20) / row_bytes), 1, 1024);
+  int64_t rows = std::clamp<int64_t>(static_cast<int64_t>((64u << 20) / row_bytes), 1, 1024);
+  if (meta == nullptr) return rows;
+  auto spec = ParseModelSpec(meta->model, meta->member);
+  if (!spec.ok()) return rows;
+  auto shapes = InferShapes(*spec, meta->input_shape, meta->outputs, meta->member);
+  if (!shapes.ok()) return rows;
+  int64_t widest = 1;
+  for (const auto& shape : *shapes) {
+    int64_t elements = 1;
+    for (int64_t d : shape) elements *= std::max<int64_t>(d, 1);
+    widest = std::max(widest, elements);
+  }
+  constexpr int64_t kActivationBytes = int64_t{12} << 20;
+  int64_t by_activation = kActivationBytes / (widest * static_cast<int64_t>(sizeof(float)));
+  return std::clamp<int64_t>(std::min(rows, by_activation), std::min<int64_t>(rows, 16), rows);
 }
 
 Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Table& table,

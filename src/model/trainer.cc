@@ -185,7 +185,7 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
     std::unique_ptr<BatchPipeline> val_pipeline;
     if (!val_rows.empty()) {
       val_pipeline =
-          std::make_unique<BatchPipeline>(*table, /*with_labels=*/true, PassBatchRows(*table));
+          std::make_unique<BatchPipeline>(*table, /*with_labels=*/true, PassBatchRows(*table, &meta));
     }
     // Batch normalisation cannot train on a batch of one sample: such a last batch is skipped.
     bool has_batchnorm = false;
