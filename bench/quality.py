@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""Ensemble quality on Fashion-MNIST (docs/benchmarks.md, "Quality"), with `cohort run`.
+
+1. Full labels: the 8 members of examples/fashion-mnist/loop.toml trained on all 60,000
+   training images (one round, nothing to acquire), evaluated on the 10,000 test images: each
+   member's and the ensemble's accuracy, NLL and ECE, next to the benchmark table of the
+   dataset's README.
+2. Active learning: test accuracy of the ensemble against labels used, for `random`, `bald`,
+   `variance` and `entropy`, three seeds each (acquisition seed and member seeds), starting
+   from 1,000 labels and adding 1,000 per round; the labels at which each curve first reaches
+   85%.
+
+  bench/quality.py [--part full,al] [--rounds 6] [--epochs-full 15] [--scratch DIR]
+  bench/quality.py --quick        # smoke: tiny store, 2 members, 1 seed, 2 rounds
+
+Prints tables (and writes them as JSON with --json); asserts nothing.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+PROG = "quality"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
+FMNIST = "/usr/share/datasets/fashion-mnist"
+STRATEGIES = ["random", "bald", "variance", "entropy"]
+
+
+def fail(message):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        fail(f"{' '.join(argv[:3])} ... exited {proc.returncode}: {tail}")
+    return proc
+
+
+def build_store(cohort, path, train, pool, test):
+    if os.path.exists(os.path.join(path, "CURRENT")):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    run([cohort, "data", "init", path])
+    run([cohort, "data", "import", path, "--table", "train", "--limit", str(train + pool),
+         "--idx", f"{FMNIST}/train-images-idx3-ubyte.gz", f"{FMNIST}/train-labels-idx1-ubyte.gz"])
+    run([cohort, "data", "import", path, "--table", "test", "--limit", str(test), "--idx",
+         f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
+    if pool > 0:
+        run([cohort, "data", "split", path, "--from", "train", "--to", "pool", "--count",
+             str(pool), "--seed", "1"])
+    else:
+        # Every training image labelled: the loop still names a pool table, which the one
+        # round never reads (a copy of the test images stands in).
+        run([cohort, "data", "import", path, "--table", "pool", "--limit", str(test), "--idx",
+             f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
+
+
+def config_text(name, store, rounds, strategy=None, seed=None, epochs=None, members=None):
+    with open(EXAMPLE) as f:
+        text = f.read()
+    text = re.sub(r'^name = ".*"', f'name = "{name}"', text, count=1, flags=re.M)
+    text = re.sub(r'^source = ".*"', f'source = "{store}"', text, count=1, flags=re.M)
+    text = re.sub(r"^max_rounds = \d+", f"max_rounds = {rounds}", text, count=1, flags=re.M)
+    if strategy:
+        text = re.sub(r'^strategy = "\w+"', f'strategy = "{strategy}"', text, count=1,
+                      flags=re.M)
+    if seed is not None:
+        # Another acquisition seed and other member seeds (1..8 -> 1+100s..8+100s).
+        text = re.sub(r"^seed = (\d+)", lambda m: f"seed = {int(m.group(1)) + 100 * seed}", text,
+                      flags=re.M)
+    if epochs is not None:
+        text = re.sub(r"^epochs = \d+", f"epochs = {epochs}", text, count=1, flags=re.M)
+    if members is not None:
+        parts = text.split("[[member]]")
+        tail = parts[-1][parts[-1].index("[acquisition]"):]
+        kept = parts[1:members + 1]
+        kept[-1] = kept[-1].split("[acquisition]")[0]
+        text = parts[0] + "".join("[[member]]" + p for p in kept) + tail
+        text = re.sub(r"^min_members = \d+", f"min_members = {members}", text, count=1,
+                      flags=re.M)
+    return text
+
+
+def run_loop(cohort, work, name, text):
+    path = os.path.join(work, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    run_dir = os.path.join(work, "runs", name)
+    if not os.path.exists(os.path.join(run_dir, "run.db")):
+        run([cohort, "run", "--plain", path])
+    else:
+        run([cohort, "run", "--plain", path])  # resumes (or confirms) an earlier run
+    return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
+
+
+def full_labels(cohort, scratch, epochs, quick):
+    store = os.path.join(scratch, "store-full")
+    if quick:
+        build_store(cohort, store, 600, 0, 500)
+    else:
+        build_store(cohort, store, 60000, 0, 10000)
+    text = config_text("full", store, 1, epochs=epochs, members=2 if quick else None)
+    text = re.sub(r'^strategy = "\w+"', 'strategy = "entropy"', text, count=1, flags=re.M)
+    t0 = time.perf_counter()
+    db = run_loop(cohort, scratch, "full", text)
+    seconds = time.perf_counter() - t0
+    members = {}
+    for member, metric, value in db.execute(
+            "SELECT member, metric, value FROM member_metrics WHERE round = 0"):
+        members.setdefault(member, {})[metric] = value
+    ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier FROM rounds "
+                     "WHERE round = 0").fetchone()
+    db.close()
+    print(f"\nFull labels ({'600' if quick else '60,000'} training images, {epochs} epochs, "
+          f"test {'500' if quick else '10,000'}; {seconds:.0f} s)")
+    print(f"{'model':<18} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
+    for name, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
+        print(f"{name:<18} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
+              f"{m['brier']:>7.4f}")
+    print(f"{'ensemble (mean)':<18} {ens[0]:>8.4f} {ens[1]:>7.4f} {ens[2]:>7.4f} {ens[3]:>7.4f}")
+    return {"members": members, "ensemble": {"accuracy": ens[0], "nll": ens[1], "ece": ens[2],
+                                             "brier": ens[3]}, "seconds": seconds}
+
+
+def active_learning(cohort, scratch, rounds, seeds, quick):
+    store = os.path.join(scratch, "store-al")
+    if quick:
+        build_store(cohort, store, 300, 1500, 500)
+    else:
+        build_store(cohort, store, 1000, 59000, 10000)
+    curves = {}
+    for strategy in STRATEGIES:
+        for seed in range(seeds):
+            name = f"al-{strategy}-{seed}"
+            text = config_text(name, store, rounds, strategy=strategy, seed=seed,
+                               epochs=1 if quick else None, members=2 if quick else None)
+            if quick:
+                text = re.sub(r"^batch_size = 1000", "batch_size = 200", text, count=1,
+                              flags=re.M)
+            t0 = time.perf_counter()
+            db = run_loop(cohort, scratch, name, text)
+            rows = db.execute("SELECT r.round, r.test_accuracy, r.test_nll, "
+                              "(SELECT count(*) FROM acquisitions a WHERE a.run_id = r.run_id "
+                              " AND a.round < r.round) FROM rounds r ORDER BY r.round").fetchall()
+            db.close()
+            print(f"{PROG}: {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+            start = 300 if quick else 1000
+            curves.setdefault(strategy, []).append(
+                [(start + acquired, acc, nll) for _, acc, nll, acquired in rows])
+    labels = [p[0] for p in curves[STRATEGIES[0]][0]]
+    print(f"\nActive learning: ensemble test accuracy by labels used (mean of {seeds} seed(s))")
+    print(f"{'labels':>7} " + " ".join(f"{s:>10}" for s in STRATEGIES))
+    for i, n in enumerate(labels):
+        cells = []
+        for s in STRATEGIES:
+            accs = [c[i][1] for c in curves[s] if i < len(c)]
+            cells.append(f"{sum(accs) / len(accs):>10.4f}" if accs else f"{'-':>10}")
+        print(f"{n:>7} " + " ".join(cells))
+    print("\nLabels at which the mean curve first reaches 85%:")
+    reach = {}
+    for s in STRATEGIES:
+        hit = None
+        for i, n in enumerate(labels):
+            accs = [c[i][1] for c in curves[s] if i < len(c)]
+            if accs and sum(accs) / len(accs) >= 0.85:
+                hit = n
+                break
+        reach[s] = hit
+        print(f"  {s:<10} {hit if hit is not None else 'not within ' + str(labels[-1])}")
+    return {"curves": curves, "reach_85": reach}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", default="full,al", help="full, al or both")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--epochs-full", type=int, default=15)
+    ap.add_argument("--cohort", default=os.path.join(REPO, "build", "src", "cli", "cohort"))
+    ap.add_argument("--scratch", default=os.path.join(REPO, "build", "quality"))
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    cohort = os.path.abspath(a.cohort)
+    if not os.access(cohort, os.X_OK):
+        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    scratch = os.path.abspath(a.scratch)
+    os.makedirs(scratch, exist_ok=True)
+    parts = [p for p in a.part.split(",") if p]
+    results = {}
+    if a.quick:
+        a.rounds, a.seeds, a.epochs_full = 2, 1, 1
+    if "full" in parts:
+        results["full"] = full_labels(cohort, scratch, a.epochs_full, a.quick)
+    if "al" in parts:
+        results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
