@@ -21,18 +21,18 @@ Figures are printed, never asserted. Run it on an otherwise idle machine.
 import argparse
 import json
 import os
-import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import example_config  # noqa: E402
+from example_config import BenchError, build_store, run  # noqa: E402
+
 PROG = "loop_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
 BASELINE = os.path.join(REPO, "bench", "seed_baseline", "seed_loop.py")
-FMNIST = "/usr/share/datasets/fashion-mnist"
 PYTHON = "/usr/bin/python3"
 
 SETTINGS = {  # name -> (rounds, epochs override or None)
@@ -47,47 +47,10 @@ def fail(message):
     sys.exit(1)
 
 
-def run(argv, **kw):
-    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if proc.returncode != 0:
-        fail(f"{' '.join(argv[:3])} ... exited {proc.returncode}: "
-             f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    return proc
-
-
-def build_store(cohort, path, train, pool, test):
-    shutil.rmtree(path, ignore_errors=True)
-    run([cohort, "data", "init", path])
-    run([cohort, "data", "import", path, "--table", "train", "--limit", str(train + pool),
-         "--idx", f"{FMNIST}/train-images-idx3-ubyte.gz", f"{FMNIST}/train-labels-idx1-ubyte.gz"])
-    run([cohort, "data", "import", path, "--table", "test", "--limit", str(test), "--idx",
-         f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
-    run([cohort, "data", "split", path, "--from", "train", "--to", "pool", "--count", str(pool),
-         "--seed", "1"])
-
-
 def derived_config(path, name, store, rounds, epochs, members, k):
-    """The example's config with the run's name, store, rounds (and for --quick, fewer members
-    and epochs), written to `path`."""
-    with open(EXAMPLE) as f:
-        text = f.read()
-    text = re.sub(r'^name = ".*"', f'name = "{name}"', text, count=1, flags=re.M)
-    text = re.sub(r'^source = ".*"', f'source = "{store}"', text, count=1, flags=re.M)
-    text = re.sub(r"^max_rounds = \d+", f"max_rounds = {rounds}", text, count=1, flags=re.M)
-    if epochs is not None:
-        text = re.sub(r"^epochs = \d+", f"epochs = {epochs}", text, count=1, flags=re.M)
-    if k is not None:
-        text = re.sub(r"^batch_size = 1000", f"batch_size = {k}", text, count=1, flags=re.M)
-    if members is not None:
-        parts = text.split("[[member]]")
-        tail = parts[-1][parts[-1].index("[acquisition]"):]
-        kept = parts[1:members + 1]
-        kept[-1] = kept[-1].split("[acquisition]")[0]
-        text = parts[0] + "".join("[[member]]" + p for p in kept) + tail
-        text = re.sub(r"^min_members = \d+", f"min_members = {members}", text, count=1,
-                      flags=re.M)
     with open(path, "w") as f:
-        f.write(text)
+        f.write(example_config.config_text(name, store, rounds, epochs=epochs, members=members,
+                                           k=k))
 
 
 def seconds_between(a, b):
@@ -161,7 +124,7 @@ def main():
     if a.quick:
         settings = ["quick"]
         store = os.path.join(os.path.abspath(a.scratch), "quick-store")
-        build_store(cohort, store, train=300, pool=2000, test=500)
+        build_store(cohort, store, 300, 2000, 500)
         members, k = 2, 200
     else:
         settings = [s for s in a.settings.split(",") if s]
@@ -205,4 +168,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        fail(str(e))

@@ -19,16 +19,15 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sqlite3
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from example_config import BenchError, build_store, config_text, run  # noqa: E402
+
 PROG = "quality"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
-FMNIST = "/usr/share/datasets/fashion-mnist"
 STRATEGIES = ["random", "bald", "variance", "entropy"]
 
 
@@ -37,77 +36,21 @@ def fail(message):
     sys.exit(1)
 
 
-def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
-        fail(f"{' '.join(argv[:3])} ... exited {proc.returncode}: {tail}")
-    return proc
-
-
-def build_store(cohort, path, train, pool, test):
-    if os.path.exists(os.path.join(path, "CURRENT")):
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    run([cohort, "data", "init", path])
-    run([cohort, "data", "import", path, "--table", "train", "--limit", str(train + pool),
-         "--idx", f"{FMNIST}/train-images-idx3-ubyte.gz", f"{FMNIST}/train-labels-idx1-ubyte.gz"])
-    run([cohort, "data", "import", path, "--table", "test", "--limit", str(test), "--idx",
-         f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
-    if pool > 0:
-        run([cohort, "data", "split", path, "--from", "train", "--to", "pool", "--count",
-             str(pool), "--seed", "1"])
-    else:
-        # Every training image labelled: the loop still names a pool table, which the one
-        # round never reads (a copy of the test images stands in).
-        run([cohort, "data", "import", path, "--table", "pool", "--limit", str(test), "--idx",
-             f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
-
-
-def config_text(name, store, rounds, strategy=None, seed=None, epochs=None, members=None):
-    with open(EXAMPLE) as f:
-        text = f.read()
-    text = re.sub(r'^name = ".*"', f'name = "{name}"', text, count=1, flags=re.M)
-    text = re.sub(r'^source = ".*"', f'source = "{store}"', text, count=1, flags=re.M)
-    text = re.sub(r"^max_rounds = \d+", f"max_rounds = {rounds}", text, count=1, flags=re.M)
-    if strategy:
-        text = re.sub(r'^strategy = "\w+"', f'strategy = "{strategy}"', text, count=1,
-                      flags=re.M)
-    if seed is not None:
-        # Another acquisition seed and other member seeds (1..8 -> 1+100s..8+100s).
-        text = re.sub(r"^seed = (\d+)", lambda m: f"seed = {int(m.group(1)) + 100 * seed}", text,
-                      flags=re.M)
-    if epochs is not None:
-        text = re.sub(r"^epochs = \d+", f"epochs = {epochs}", text, count=1, flags=re.M)
-    if members is not None:
-        parts = text.split("[[member]]")
-        tail = parts[-1][parts[-1].index("[acquisition]"):]
-        kept = parts[1:members + 1]
-        kept[-1] = kept[-1].split("[acquisition]")[0]
-        text = parts[0] + "".join("[[member]]" + p for p in kept) + tail
-        text = re.sub(r"^min_members = \d+", f"min_members = {members}", text, count=1,
-                      flags=re.M)
-    return text
-
-
 def run_loop(cohort, work, name, text):
     path = os.path.join(work, f"{name}.toml")
     with open(path, "w") as f:
         f.write(text)
     run_dir = os.path.join(work, "runs", name)
-    if not os.path.exists(os.path.join(run_dir, "run.db")):
-        run([cohort, "run", "--plain", path])
-    else:
-        run([cohort, "run", "--plain", path])  # resumes (or confirms) an earlier run
+    run([cohort, "run", "--plain", path])  # an earlier run of the same name is resumed
     return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
 
 
 def full_labels(cohort, scratch, epochs, quick):
     store = os.path.join(scratch, "store-full")
     if quick:
-        build_store(cohort, store, 600, 0, 500)
+        build_store(cohort, store, 600, 0, 500, reuse=True)
     else:
-        build_store(cohort, store, 60000, 0, 10000)
+        build_store(cohort, store, 60000, 0, 10000, reuse=True)
     text = config_text("full", store, 1, epochs=epochs, members=2 if quick else None)
     text = re.sub(r'^strategy = "\w+"', 'strategy = "entropy"', text, count=1, flags=re.M)
     t0 = time.perf_counter()
@@ -134,18 +77,16 @@ def full_labels(cohort, scratch, epochs, quick):
 def active_learning(cohort, scratch, rounds, seeds, quick):
     store = os.path.join(scratch, "store-al")
     if quick:
-        build_store(cohort, store, 300, 1500, 500)
+        build_store(cohort, store, 300, 1500, 500, reuse=True)
     else:
-        build_store(cohort, store, 1000, 59000, 10000)
+        build_store(cohort, store, 1000, 59000, 10000, reuse=True)
     curves = {}
     for strategy in STRATEGIES:
         for seed in range(seeds):
             name = f"al-{strategy}-{seed}"
             text = config_text(name, store, rounds, strategy=strategy, seed=seed,
-                               epochs=1 if quick else None, members=2 if quick else None)
-            if quick:
-                text = re.sub(r"^batch_size = 1000", "batch_size = 200", text, count=1,
-                              flags=re.M)
+                               epochs=1 if quick else None, members=2 if quick else None,
+                               k=200 if quick else None)
             t0 = time.perf_counter()
             db = run_loop(cohort, scratch, name, text)
             rows = db.execute("SELECT r.round, r.test_accuracy, r.test_nll, "
@@ -211,4 +152,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        fail(str(e))
