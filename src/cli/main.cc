@@ -11,8 +11,8 @@
 #include <string>
 
 #include "cli/data_command.h"
-#include "cli/run_command.h"
 #include "cli/run_cli.h"
+#include "cli/run_command.h"
 #include "common/status.h"
 
 #ifndef COHORT_VERSION

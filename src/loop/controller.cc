@@ -1,5 +1,6 @@
 #include "loop/controller.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +13,6 @@
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "loop/acquisition.h"
 #include "loop/config.h"
@@ -54,7 +53,7 @@ int VisibleCudaDevices() {
 }
 
 int CpuCount() {
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const auto n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
@@ -92,9 +91,9 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
   for (const store::Table* t : {pool, test}) {
     if (t->schema().feature_dtype != train->schema().feature_dtype ||
         t->schema().feature_shape != train->schema().feature_shape) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: table '{}' has {} but the train table '{}' has {}", where, t->name(),
-          t->schema().ToString(), train->name(), train->schema().ToString()));
+      return Status::InvalidArgument(
+          fmt::format("{}: table '{}' has {} but the train table '{}' has {}", where, t->name(),
+                      t->schema().ToString(), train->name(), train->schema().ToString()));
     }
   }
   if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels && !pool->schema().has_labels()) {
@@ -103,8 +102,8 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
         config.path, config.store.pool, pool->schema().ToString()));
   }
   if (train->size() == 0) {
-    return Status::InvalidArgument(fmt::format("{}.train: table '{}' is empty in {}", where,
-                                               config.store.train, store_desc));
+    return Status::InvalidArgument(
+        fmt::format("{}.train: table '{}' is empty in {}", where, config.store.train, store_desc));
   }
   for (size_t i = 0; i < config.members.size(); ++i) {
     const MemberConfig& m = config.members[i];
@@ -119,8 +118,8 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
     }
     auto shapes = model::InferShapes(*spec, meta->input_shape, meta->outputs, m.name);
     if (!shapes.ok()) {
-      return Status::InvalidArgument(MemberWhere(config, i) + ".model: " +
-                                     shapes.status().message());
+      return Status::InvalidArgument(MemberWhere(config, i) +
+                                     ".model: " + shapes.status().message());
     }
   }
   return Status::OK();
@@ -134,23 +133,24 @@ struct StackedPredictions {
 };
 
 Result<StackedPredictions> LoadPredictions(const RunPaths& paths,
-                                           const std::vector<MemberResult>& results,
-                                           bool pool, uint64_t rows) {
+                                           const std::vector<MemberResult>& results, bool pool,
+                                           uint64_t rows) {
   StackedPredictions s;
   s.samples = static_cast<int64_t>(rows);
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].done) continue;
-    std::string path = paths.Absolute(pool ? results[i].predictions_pool : results[i].predictions_test);
+    std::string path =
+        paths.Absolute(pool ? results[i].predictions_pool : results[i].predictions_test);
     COHORT_ASSIGN_OR_RETURN(store::HostArray a, store::ReadNpyFile(path));
     if (a.dtype != store::Dtype::kFloat32 || a.shape.size() != 2 || a.shape[0] != rows) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: expected float32 predictions of shape ({}, classes), got {} {}", path, rows,
-          store::DtypeName(a.dtype), store::DimsToString(a.shape)));
+      return Status::InvalidArgument(
+          fmt::format("{}: expected float32 predictions of shape ({}, classes), got {} {}", path,
+                      rows, store::DtypeName(a.dtype), store::DimsToString(a.shape)));
     }
     auto classes = static_cast<int64_t>(a.shape[1]);
     if (s.members > 0 && classes != s.classes) {
-      return Status::InvalidArgument(fmt::format("{}: {} classes where other members have {}",
-                                                 path, classes, s.classes));
+      return Status::InvalidArgument(
+          fmt::format("{}: {} classes where other members have {}", path, classes, s.classes));
     }
     s.classes = classes;
     size_t old = s.data.size();
@@ -276,11 +276,11 @@ Status Controller::Prepare() {
       display_->Note(fmt::format("  config change: {}: {} -> {}", c.field, c.before, c.after));
     }
   } else {
-    display_->Note(fmt::format("run {}: {} members on {} device(s), store cloned from {} "
-                               "generation {} into {}",
-                               config_.name, config_.members.size(), config_.devices.size(),
-                               run_.run.source_store, run_.run.source_generation,
-                               run_.paths.store()));
+    display_->Note(
+        fmt::format("run {}: {} members on {} device(s), store cloned from {} "
+                    "generation {} into {}",
+                    config_.name, config_.members.size(), config_.devices.size(),
+                    run_.run.source_store, run_.run.source_generation, run_.paths.store()));
   }
   COHORT_RETURN_IF_ERROR(run_.journal->SetRunStatus(run_.run.id, RunStatus::kRunning));
 
@@ -290,16 +290,17 @@ Status Controller::Prepare() {
   so.members_per_device = config_.members_per_device;
   so.cpu_count = cpus;
   so.member_binary = options_.member_binary;
-  so.heartbeat_timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config_.failure.heartbeat_timeout_s * 1000));
-  so.attempt_timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config_.failure.attempt_timeout_s * 1000));
+  so.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.failure.heartbeat_timeout_s * 1000));
+  so.attempt_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.failure.attempt_timeout_s * 1000));
   so.kill_grace = std::chrono::milliseconds(5000);
   COHORT_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(so, run_.paths, run_.journal.get(),
                                                         run_.run.id, display_.get()));
 
-  COHORT_ASSIGN_OR_RETURN(auto first, store::Snapshot::Open(run_.paths.store(),
-                                                            run_.run.source_generation, store_env_));
+  COHORT_ASSIGN_OR_RETURN(
+      auto first,
+      store::Snapshot::Open(run_.paths.store(), run_.run.source_generation, store_env_));
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, first->table(config_.store.train));
   starting_labels_ = train->size();
   return Status::OK();
@@ -319,7 +320,7 @@ Result<std::vector<MemberResult>> Controller::ResultsFromJournal(int64_t round) 
       json predictions = json::parse(a.predictions_json.value_or("{}"), nullptr, false);
       auto text = [](const json& j, const char* key) {
         return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                       : std::string();
+                                                                      : std::string();
       };
       auto number = [](const json& j, const char* key) {
         return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
@@ -336,7 +337,8 @@ Result<std::vector<MemberResult>> Controller::ResultsFromJournal(int64_t round) 
 
 Result<bool> Controller::KnownLastRound(int64_t round, uint64_t generation) {
   if (config_.stop.max_rounds && round + 1 >= *config_.stop.max_rounds) return true;
-  COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(run_.paths.store(), generation, store_env_));
+  COHORT_ASSIGN_OR_RETURN(auto snap,
+                          store::Snapshot::Open(run_.paths.store(), generation, store_env_));
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, snap->table(config_.store.train));
   COHORT_ASSIGN_OR_RETURN(const store::Table* pool, snap->table(config_.store.pool));
   int64_t used = static_cast<int64_t>(train->size()) - static_cast<int64_t>(starting_labels_);
@@ -355,15 +357,17 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
     task.member = &config_.members[i];
     task.next_attempt = 1;
     for (const AttemptRecord& a : attempts) {
-      if (a.member == config_.members[i].name) task.next_attempt = std::max(task.next_attempt, a.attempt + 1);
+      if (a.member == config_.members[i].name)
+        task.next_attempt = std::max(task.next_attempt, a.attempt + 1);
     }
     task.attempts_left = static_cast<int>(1 + config_.failure.retries);
     tasks.push_back(task);
   }
   if (tasks.empty()) return Status::OK();
-  display_->Note(fmt::format("round {}: the run goes on past its planned end: {} member(s) "
-                             "train again to predict the pool",
-                             round, tasks.size()));
+  display_->Note(
+      fmt::format("round {}: the run goes on past its planned end: {} member(s) "
+                  "train again to predict the pool",
+                  round, tasks.size()));
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
   display_->StartRound(round, generation, 0, last_accuracy_, names);
@@ -394,7 +398,8 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
 
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
-  COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(run_.paths.store(), generation, store_env_));
+  COHORT_ASSIGN_OR_RETURN(auto snap,
+                          store::Snapshot::Open(run_.paths.store(), generation, store_env_));
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, snap->table(config_.store.train));
   display_->StartRound(round, generation, static_cast<int64_t>(train->size()), last_accuracy_,
                        names);
@@ -462,7 +467,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
                                      bool reconsider, uint64_t* next_generation) {
   Journal& journal = *run_.journal;
   const int64_t run_id = run_.run.id;
-  COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(run_.paths.store(), generation, store_env_));
+  COHORT_ASSIGN_OR_RETURN(auto snap,
+                          store::Snapshot::Open(run_.paths.store(), generation, store_env_));
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, snap->table(config_.store.train));
   COHORT_ASSIGN_OR_RETURN(const store::Table* pool, snap->table(config_.store.pool));
   COHORT_ASSIGN_OR_RETURN(const store::Table* test, snap->table(config_.store.test));
@@ -470,9 +476,9 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   // Ensemble test metrics.
   COHORT_ASSIGN_OR_RETURN(StackedPredictions test_pred,
                           LoadPredictions(run_.paths, results, false, test->size()));
-  COHORT_ASSIGN_OR_RETURN(auto test_view,
-                          MakeEnsemblePredictions(test_pred.data, test_pred.members,
-                                                  test_pred.samples, test_pred.classes));
+  COHORT_ASSIGN_OR_RETURN(
+      auto test_view, MakeEnsemblePredictions(test_pred.data, test_pred.members, test_pred.samples,
+                                              test_pred.classes));
   COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics,
                           ComputeEnsembleMetrics(test_view, ClassLabelsOf(*test)));
   if (!reconsider) {
@@ -487,7 +493,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
     outcome.timings = reconsidered_timings_;
   } else {
     outcome.timings.train_s = stats.wall_s;
-    for (const MemberResult& r : results) outcome.timings.predict_s += r.done ? r.predict_seconds : 0;
+    for (const MemberResult& r : results)
+      outcome.timings.predict_s += r.done ? r.predict_seconds : 0;
     outcome.timings.idle_s = stats.idle_s;
   }
   outcome.test.accuracy = metrics.ensemble.accuracy;
@@ -516,10 +523,10 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
     // Retraining on the same data forever helps nobody.
     stop_reason_ = "nothing is left to acquire";
   }
-  std::string summary = fmt::format(
-      "round {}: {}/{} members, test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", round,
-      test_pred.members, config_.members.size(), metrics.ensemble.accuracy, metrics.ensemble.nll,
-      metrics.ensemble.ece);
+  std::string summary =
+      fmt::format("round {}: {}/{} members, test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", round,
+                  test_pred.members, config_.members.size(), metrics.ensemble.accuracy,
+                  metrics.ensemble.nll, metrics.ensemble.ece);
   if (!stop_reason_.empty()) {
     if (!reconsider) {
       outcome.output_generation = generation;
@@ -567,21 +574,21 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
     // Nothing to label (an empty pool the stop rules let pass): the next round retrains.
   } else if (current == generation) {
     COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kLabelling));
-    COHORT_ASSIGN_OR_RETURN(auto labels, LabelSamples(config_, run_.paths, round, generation,
-                                                      *pool, *train, ids, rows, scheduler_.get()));
+    COHORT_ASSIGN_OR_RETURN(auto labels, LabelSamples(config_, run_.paths, round, generation, *pool,
+                                                      *train, ids, rows, scheduler_.get()));
     auto t2 = Clock::now();
     outcome.timings.label_s = Seconds(t2 - t1);
     COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
     COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(run_.paths.store(), store_env_));
-    COHORT_RETURN_IF_ERROR(txn->Move(config_.store.pool, config_.store.train, ids,
-                                     labels ? &*labels : nullptr));
+    COHORT_RETURN_IF_ERROR(
+        txn->Move(config_.store.pool, config_.store.train, ids, labels ? &*labels : nullptr));
     COHORT_ASSIGN_OR_RETURN(
         output, txn->Commit(fmt::format("cohort run {} round {}: {} samples by {}", config_.name,
                                         round, ids.size(), config_.acquisition.strategy)));
     outcome.timings.commit_s = Seconds(Clock::now() - t2);
   } else if (current == generation + 1) {
-    COHORT_ASSIGN_OR_RETURN(auto diff, store::DiffGenerations(run_.paths.store(), generation,
-                                                             current, store_env_));
+    COHORT_ASSIGN_OR_RETURN(
+        auto diff, store::DiffGenerations(run_.paths.store(), generation, current, store_env_));
     std::vector<uint64_t> sorted = ids;
     std::sort(sorted.begin(), sorted.end());
     if (diff[config_.store.train].added != sorted || diff[config_.store.pool].removed != sorted) {
@@ -591,8 +598,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
           run_.paths.store(), current, round, config_.store.pool, config_.store.train));
     }
     output = current;
-    display_->Note(fmt::format("round {}: its commit (generation {}) was already done", round,
-                               current));
+    display_->Note(
+        fmt::format("round {}: its commit (generation {}) was already done", round, current));
   } else {
     return Status::Corruption(fmt::format(
         "{}: CURRENT is generation {} but round {} of the journal trained on generation {}",
@@ -606,14 +613,16 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   outcome.output_generation = output;
   outcome.labels_total = static_cast<int64_t>(out_train->size());
   COHORT_RETURN_IF_ERROR(journal.FinishRound(run_id, round, outcome));
-  display_->Note(fmt::format("{}; acquired {} by {}, committed generation {} ({} labels)",
-                             summary, ids.size(), config_.acquisition.strategy, output,
+  display_->Note(fmt::format("{}; acquired {} by {}, committed generation {} ({} labels)", summary,
+                             ids.size(), config_.acquisition.strategy, output,
                              outcome.labels_total));
   *next_generation = output;
   return true;
 }
 
-Status Controller::StopRun(RunStatus status) { return run_.journal->SetRunStatus(run_.run.id, status); }
+Status Controller::StopRun(RunStatus status) {
+  return run_.journal->SetRunStatus(run_.run.id, status);
+}
 
 Result<RunOutcome> Controller::RunRounds() {
   COHORT_RETURN_IF_ERROR(Prepare());
@@ -643,8 +652,8 @@ Result<RunOutcome> Controller::RunRounds() {
       round = last.round;
       generation = last.input_generation;
     }
-    if (current != generation && !(current == generation + 1 && !reconsider &&
-                                   last.status != RoundStatus::kDone)) {
+    if (current != generation &&
+        !(current == generation + 1 && !reconsider && last.status != RoundStatus::kDone)) {
       return Status::Corruption(fmt::format(
           "{}: CURRENT is generation {}, but the journal {} expects generation {}; the store was "
           "changed outside the run",
@@ -658,9 +667,9 @@ Result<RunOutcome> Controller::RunRounds() {
     // Where a resumed round stood: past training, its members' results are final.
     std::optional<RoundStatus> phase;
     if (!rounds.empty() && rounds.back().round == round) phase = rounds.back().status;
-    bool trained_already = phase && (*phase == RoundStatus::kAcquiring ||
-                                     *phase == RoundStatus::kLabelling ||
-                                     *phase == RoundStatus::kCommitting);
+    bool trained_already =
+        phase && (*phase == RoundStatus::kAcquiring || *phase == RoundStatus::kLabelling ||
+                  *phase == RoundStatus::kCommitting);
     if (reconsider || trained_already) {
       COHORT_ASSIGN_OR_RETURN(results, ResultsFromJournal(round));
     } else {
@@ -686,9 +695,9 @@ Result<RunOutcome> Controller::RunRounds() {
           if (results[i].done) continue;
           why += fmt::format("; {}: {}", config_.members[i].name, results[i].error);
         }
-        std::string message = fmt::format(
-            "round {} failed: {} of {} members finished, min_members is {}{}", round, done,
-            results.size(), config_.failure.min_members, why);
+        std::string message =
+            fmt::format("round {} failed: {} of {} members finished, min_members is {}{}", round,
+                        done, results.size(), config_.failure.min_members, why);
         display_->Finish();
         COHORT_RETURN_IF_ERROR(journal.FailRound(run_id, round, message));
         COHORT_RETURN_IF_ERROR(StopRun(RunStatus::kFailed));
@@ -702,8 +711,8 @@ Result<RunOutcome> Controller::RunRounds() {
       // Ctrl-C twice while the oracle ran: the round stays unfinished and resumable.
       display_->Finish();
       COHORT_RETURN_IF_ERROR(StopRun(RunStatus::kStopped));
-      display_->Note(fmt::format("stopped in round {}; run `cohort run {}` again to resume",
-                                 round, options_.config_path));
+      display_->Note(fmt::format("stopped in round {}; run `cohort run {}` again to resume", round,
+                                 options_.config_path));
       return RunOutcome::kStopped;
     }
     COHORT_ASSIGN_OR_RETURN(bool more, std::move(finished));

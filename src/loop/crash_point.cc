@@ -1,6 +1,8 @@
 #include "loop/crash_point.h"
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -13,7 +15,7 @@ namespace {
 
 struct Target {
   std::string point;
-  long count = 1;
+  int64_t count = 1;
 };
 
 const Target* CrashTarget() {
@@ -23,7 +25,7 @@ const Target* CrashTarget() {
     auto t = std::make_unique<Target>();
     t->point = text;
     if (auto colon = t->point.find(':'); colon != std::string::npos) {
-      t->count = std::max(1L, std::atol(t->point.c_str() + colon + 1));
+      t->count = std::max<int64_t>(1, std::strtoll(t->point.c_str() + colon + 1, nullptr, 10));
       t->point.resize(colon);
     }
     return t;
@@ -102,7 +104,7 @@ void MaybeCrash(const char* point) {
   const Target* target = CrashTarget();
   if (target == nullptr || target->point != point) return;
   static std::mutex mu;
-  static long passes = 0;
+  static int64_t passes = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (++passes == target->count) {
     ::raise(SIGKILL);

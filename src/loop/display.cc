@@ -1,12 +1,11 @@
 #include "loop/display.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace cohort::loop {
 
@@ -16,12 +15,18 @@ using Clock = std::chrono::steady_clock;
 
 const char* StateName(MemberLine::State s) {
   switch (s) {
-    case MemberLine::State::kQueued: return "queued";
-    case MemberLine::State::kStarting: return "starting";
-    case MemberLine::State::kTraining: return "training";
-    case MemberLine::State::kPredicting: return "predicting";
-    case MemberLine::State::kDone: return "done";
-    case MemberLine::State::kFailed: return "failed";
+    case MemberLine::State::kQueued:
+      return "queued";
+    case MemberLine::State::kStarting:
+      return "starting";
+    case MemberLine::State::kTraining:
+      return "training";
+    case MemberLine::State::kPredicting:
+      return "predicting";
+    case MemberLine::State::kDone:
+      return "done";
+    case MemberLine::State::kFailed:
+      return "failed";
   }
   return "?";
 }

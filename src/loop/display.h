@@ -23,8 +23,14 @@ namespace cohort::loop {
 struct MemberLine {
   std::string name;
   std::string device;  // empty while queued
-  enum class State { kQueued, kStarting, kTraining, kPredicting, kDone, kFailed } state =
-      State::kQueued;
+  enum class State {
+    kQueued,
+    kStarting,
+    kTraining,
+    kPredicting,
+    kDone,
+    kFailed
+  } state = State::kQueued;
   int attempt = 0;
   int retries = 0;  // failed attempts this round
   int64_t epoch = 0, epochs = 0, step = 0, steps = 0;

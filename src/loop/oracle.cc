@@ -31,13 +31,10 @@ bool SameIds(const std::string& path, const store::HostArray& ids) {
 
 }  // namespace
 
-Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
-                                                     const RunPaths& paths, int64_t round,
-                                                     uint64_t generation, const store::Table& pool,
-                                                     const store::Table& train,
-                                                     const std::vector<uint64_t>& ids,
-                                                     const std::vector<uint64_t>& rows,
-                                                     Scheduler* scheduler) {
+Result<std::optional<store::HostArray>> LabelSamples(
+    const LoopConfig& config, const RunPaths& paths, int64_t round, uint64_t generation,
+    const store::Table& pool, const store::Table& train, const std::vector<uint64_t>& ids,
+    const std::vector<uint64_t>& rows, Scheduler* scheduler) {
   if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels) {
     return std::optional<store::HostArray>();
   }
@@ -70,18 +67,16 @@ Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
     spec.cwd = fs::path(config.path).parent_path().string();
     if (spec.cwd.empty()) spec.cwd = ".";
     spec.stderr_path = dir + "/oracle.log";
-    spec.env = {{"COHORT_ORACLE_IDS", ids_path},
-                {"COHORT_ORACLE_FEATURES", features_path},
-                {"COHORT_ORACLE_LABELS", answer_path},
-                {"COHORT_ROUND", std::to_string(round)},
-                {"COHORT_STORE", paths.store()},
-                {"COHORT_GENERATION", std::to_string(generation)},
-                {"COHORT_RUN_DIR", paths.root}};
+    spec.env = {
+        {"COHORT_ORACLE_IDS", ids_path},       {"COHORT_ORACLE_FEATURES", features_path},
+        {"COHORT_ORACLE_LABELS", answer_path}, {"COHORT_ROUND", std::to_string(round)},
+        {"COHORT_STORE", paths.store()},       {"COHORT_GENERATION", std::to_string(generation)},
+        {"COHORT_RUN_DIR", paths.root}};
     auto exit = scheduler->RunProgram(spec);
     if (!exit.ok()) return exit.status().WithContext("oracle " + program);
     if (exit->reason != launch::ExitReason::kExited || exit->exit_code != 0) {
-      return Status::InvalidArgument("oracle " + program + " " + exit->ToString() + " (its log: " +
-                                     spec.stderr_path + ")");
+      return Status::InvalidArgument("oracle " + program + " " + exit->ToString() +
+                                     " (its log: " + spec.stderr_path + ")");
     }
   }
   const std::string& read_path = reuse ? labels_path : answer_path;
@@ -89,10 +84,9 @@ Result<std::optional<store::HostArray>> LabelSamples(const LoopConfig& config,
   if (!labels.ok()) {
     return labels.status().WithContext("oracle " + program + " did not write usable labels");
   }
-  Result<store::HostArray> converted =
-      train.schema().label_kind == store::LabelKind::kClass
-          ? store::ToClassLabels(std::move(*labels), read_path)
-          : store::ToVectorLabels(std::move(*labels), read_path);
+  Result<store::HostArray> converted = train.schema().label_kind == store::LabelKind::kClass
+                                           ? store::ToClassLabels(std::move(*labels), read_path)
+                                           : store::ToVectorLabels(std::move(*labels), read_path);
   if (!converted.ok()) return converted.status();
   if (converted->shape.empty() || converted->shape[0] != ids.size()) {
     return Status::InvalidArgument(

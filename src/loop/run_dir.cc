@@ -52,7 +52,8 @@ Status CloneSourceStore(const LoopConfig& config, const RunPaths& paths, store::
   std::error_code ec;
   fs::remove_all(partial, ec);  // a clone an earlier start did not finish
   if (ec) return Status::IOError("remove " + partial + ": " + ec.message());
-  auto cloned = store::CloneStore(config.store.source, partial, config.store.source_generation, env);
+  auto cloned =
+      store::CloneStore(config.store.source, partial, config.store.source_generation, env);
   if (!cloned.ok()) {
     return cloned.status().WithContext("cannot clone the source store " + config.store.source +
                                        " into the run");
@@ -94,7 +95,8 @@ Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_t
   std::error_code ec;
   if (fs::exists(paths.root, ec)) {
     if (!fs::is_directory(paths.root, ec)) {
-      return Status::InvalidArgument("run directory " + paths.root + " exists and is not a directory");
+      return Status::InvalidArgument("run directory " + paths.root +
+                                     " exists and is not a directory");
     }
     COHORT_RETURN_IF_ERROR(CheckRunDirContents(paths.root));
   }

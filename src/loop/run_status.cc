@@ -1,10 +1,10 @@
 #include "loop/run_status.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "loop/config.h"
 #include "loop/journal.h"
@@ -58,8 +58,8 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
   out["started_at"] = run.started_at;
   out["ended_at"] = run.ended_at ? json(*run.ended_at) : json(nullptr);
   auto history = store::ReadHistory(paths.store());
-  out["store_generation"] = history.ok() && !history->empty() ? json(history->back().generation)
-                                                               : json(nullptr);
+  out["store_generation"] =
+      history.ok() && !history->empty() ? json(history->back().generation) : json(nullptr);
   out["rounds"] = json::array();
   for (const RoundRecord& r : rounds) {
     json jr;
@@ -116,9 +116,10 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
 }
 
 std::string RunStatusText(const json& s) {
-  std::string out = fmt::format("run {}: {}", s["name"].get<std::string>(),
-                                s["status"].get<std::string>());
-  if (s["controller_pid"].is_number()) out += fmt::format(" (controller pid {})", s["controller_pid"].get<int64_t>());
+  std::string out =
+      fmt::format("run {}: {}", s["name"].get<std::string>(), s["status"].get<std::string>());
+  if (s["controller_pid"].is_number())
+    out += fmt::format(" (controller pid {})", s["controller_pid"].get<int64_t>());
   out += fmt::format("\n  {}\n  store generation {}, cloned from {} generation {}\n",
                      s["run_dir"].get<std::string>(),
                      s["store_generation"].is_number() ? s["store_generation"].dump() : "?",

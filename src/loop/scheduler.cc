@@ -1,5 +1,7 @@
 #include "loop/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,8 +11,6 @@
 #include <optional>
 #include <system_error>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "loop/acquisition.h"
 #include "model/config_json.h"
@@ -22,8 +22,8 @@ namespace cohort::loop {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using launch::Clock;
+using nlohmann::json;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -50,10 +50,14 @@ int64_t IntField(const json& event, const char* key) {
 struct Scheduler::Attempt {
   MemberTask task;
   int number = 0;
-  int64_t id = 0;      // the journal's
-  std::string dir;     // relative to the run directory
-  enum class Step { kWaitingForWorker, kTrain, kPredictPool, kPredictTest } step =
-      Step::kWaitingForWorker;
+  int64_t id = 0;   // the journal's
+  std::string dir;  // relative to the run directory
+  enum class Step {
+    kWaitingForWorker,
+    kTrain,
+    kPredictPool,
+    kPredictTest
+  } step = Step::kWaitingForWorker;
   std::string command_id;  // of the command in flight
   Clock::time_point started;
   Clock::time_point command_started;
@@ -62,7 +66,7 @@ struct Scheduler::Attempt {
   uint64_t log_offset = 0;  // the worker log's size when the attempt started
   json train_done;          // the worker's `done` event for the training
   double predict_seconds = 0;
-  std::string timeout_reason;  // set when the controller killed it for overrunning
+  std::string timeout_reason;            // set when the controller killed it for overrunning
   launch::Subprocess* script = nullptr;  // an outside-script member's process
   std::string script_error;              // the message of an `error` event it printed
 };
@@ -72,7 +76,7 @@ struct Scheduler::Slot {
   int index = 0;  // on its device
   std::string name;
   launch::Subprocess* worker = nullptr;
-  bool ready = false;  // hello received
+  bool ready = false;    // hello received
   std::string log_path;  // relative
   std::optional<Attempt> attempt;
   Clock::time_point idle_since;
@@ -112,7 +116,8 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     if (ev == "hello") {
       if (IntField(event, "version") != 1) {
         s_->display_->Note(fmt::format("worker {} speaks protocol version {}, not 1: stopping it",
-                                       child.name(), event.contains("version") ? event["version"].dump() : "?"));
+                                       child.name(),
+                                       event.contains("version") ? event["version"].dump() : "?"));
         (void)child.Kill();
         return;
       }
@@ -171,8 +176,8 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     int64_t total_steps = line.steps > 0 ? line.epochs * steps : line.epochs;
     if (done_steps > 0 && total_steps >= done_steps) {
       double elapsed = Seconds(Clock::now() - a.command_started);
-      line.eta_s = elapsed * static_cast<double>(total_steps - done_steps) /
-                   static_cast<double>(done_steps);
+      line.eta_s =
+          elapsed * static_cast<double>(total_steps - done_steps) / static_cast<double>(done_steps);
     }
   }
 
@@ -261,8 +266,8 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     const Attempt& a = *slot->attempt;
     std::string why = info.ToString();
     if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
-    bool killed = info.reason != launch::ExitReason::kExited &&
-                  info.reason != launch::ExitReason::kSignalled;
+    bool killed =
+        info.reason != launch::ExitReason::kExited && info.reason != launch::ExitReason::kSignalled;
     s_->EndAttempt(*slot, killed ? AttemptStatus::kKilled : AttemptStatus::kFailed,
                    "worker " + why);
   }
@@ -281,7 +286,15 @@ Scheduler::Scheduler(SchedulerOptions options, RunPaths paths, Journal* journal,
       run_id_(run_id),
       display_(display) {}
 
-Scheduler::~Scheduler() { KillAll("the controller is exiting"); }
+Scheduler::~Scheduler() {
+  try {
+    KillAll("the controller is exiting");
+  } catch (...) {
+    // Out of memory while journalling the last attempts: the set's own destructor still
+    // kills and reaps every child, and the journal shows those attempts as running, which a
+    // resume handles.
+  }
+}
 
 Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
                                                      const RunPaths& paths, Journal* journal,
@@ -323,8 +336,8 @@ Status Scheduler::SpawnWorker(Slot& slot) {
                std::to_string(options_.threads_per_cpu_device),
                "--heartbeat",
                fmt::format("{}", heartbeat_s)};
-  spec.env = launch::DeviceEnvironment(slot.device, options_.threads_per_cpu_device,
-                                       options_.cpu_count);
+  spec.env =
+      launch::DeviceEnvironment(slot.device, options_.threads_per_cpu_device, options_.cpu_count);
   std::string device_name = slot.device.ToString();
   std::replace(device_name.begin(), device_name.end(), ':', '-');
   slot.log_path = fmt::format("workers/{}-{}-{:04}.log", device_name, slot.index, ++worker_logs_);
@@ -407,7 +420,9 @@ Status Scheduler::StartScript(Slot& slot) {
       {"store", paths_.store()},
       {"generation", generation_},
       {"tables",
-       {{"train", config_->store.train}, {"pool", config_->store.pool}, {"test", config_->store.test}}},
+       {{"train", config_->store.train},
+        {"pool", config_->store.pool},
+        {"test", config_->store.test}}},
       {"member", member.name},
       {"member_index", a.task.index},
       {"round", round_},
@@ -425,7 +440,8 @@ Status Scheduler::StartScript(Slot& slot) {
       {"config", member.script_config.is_null() ? json::object() : member.script_config},
   };
   std::string spec_path = out_dir + "/spec.json";
-  COHORT_RETURN_IF_ERROR(WriteFileAtomically(store::Env::Default(), spec_path, spec.dump(2) + "\n"));
+  COHORT_RETURN_IF_ERROR(
+      WriteFileAtomically(store::Env::Default(), spec_path, spec.dump(2) + "\n"));
 
   launch::SpawnSpec sp;
   sp.argv = member.command;
@@ -518,8 +534,8 @@ void Scheduler::ScriptExited(Slot& slot, const launch::ExitInfo& info) {
   std::string why = info.ToString();
   if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
   if (!a.script_error.empty()) why += ": " + a.script_error;
-  bool killed = info.reason != launch::ExitReason::kExited &&
-                info.reason != launch::ExitReason::kSignalled;
+  bool killed =
+      info.reason != launch::ExitReason::kExited && info.reason != launch::ExitReason::kSignalled;
   EndAttempt(slot, killed ? AttemptStatus::kKilled : AttemptStatus::kFailed, "script " + why + log);
 }
 
@@ -618,8 +634,8 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
         it = it->is_number() || it->is_boolean() ? std::next(it) : metrics.erase(it);
       }
     }
-    for (const char* key : {"seconds", "samples", "best_epoch", "stopped_early", "parameters",
-                            "step_times"}) {
+    for (const char* key :
+         {"seconds", "samples", "best_epoch", "stopped_early", "parameters", "step_times"}) {
       if (a.train_done.contains(key)) metrics[key] = a.train_done[key];
     }
     metrics["predict_seconds"] = a.predict_seconds;
@@ -801,8 +817,9 @@ Result<launch::ExitInfo> Scheduler::RunProgram(const launch::SpawnSpec& spec) {
     handler.program_log = spec.stderr_path;
     COHORT_ASSIGN_OR_RETURN(auto polled, set_->Poll(std::chrono::milliseconds(250), handler));
     if (polled.interrupts > 0 && interrupts_ == 0) {
-      display_->Note("interrupted: finishing the round once the oracle is done, then stopping "
-                     "(Ctrl-C again to stop now)");
+      display_->Note(
+          "interrupted: finishing the round once the oracle is done, then stopping "
+          "(Ctrl-C again to stop now)");
     }
     interrupts_ += polled.interrupts;
     if (interrupts_ >= 2 && program_ != nullptr) (void)program_->Kill();

@@ -9,8 +9,9 @@
 // Failures: a worker that exits, closes its stdout, goes silent past the heartbeat timeout,
 // or runs one attempt past the attempt timeout is killed (SIGTERM to its process group, then
 // SIGKILL) and its slot gets a fresh worker; a worker that answers a command with an error
-// event stays up and serves the retry (the error was the member's, not the process's). Either way the attempt is journalled as failed or killed and the member is
-// queued again while it has attempts left; other members are never held up by it.
+// event stays up and serves the retry (the error was the member's, not the process's). Either way
+// the attempt is journalled as failed or killed and the member is queued again while it has
+// attempts left; other members are never held up by it.
 //
 // Interrupts (SIGINT/SIGTERM, seen through the launcher): the first is reported to the caller,
 // which finishes the round; the second kills every worker at once and ends the phase with
@@ -65,7 +66,7 @@ struct MemberTask {
 struct MemberResult {
   bool done = false;
   int attempt = 0;
-  std::string checkpoint;   // relative to the run directory
+  std::string checkpoint;        // relative to the run directory
   std::string predictions_pool;  // empty when the round did not predict the pool
   std::string predictions_test;
   double train_seconds = 0;    // the worker's training loop
@@ -137,8 +138,8 @@ class Scheduler {
   std::unique_ptr<launch::SubprocessSet> set_;
   std::vector<std::unique_ptr<Slot>> slots_;
   int interrupts_ = 0;
-  int worker_logs_ = 0;  // worker processes started, for unique log names
-  Status fatal_;         // a journal write that failed inside a callback
+  int worker_logs_ = 0;          // worker processes started, for unique log names
+  Status fatal_;                 // a journal write that failed inside a callback
   std::string kill_all_reason_;  // while KillAll runs: why every attempt ends
 
   // The round being run.

@@ -1,8 +1,8 @@
 #include "model/tensors.h"
 
-#include "model/spec.h"
-
 #include <algorithm>
+
+#include "model/spec.h"
 
 namespace cohort::model {
 
