@@ -459,6 +459,23 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
     COHORT_RETURN_IF_ERROR(run_.journal->FinishAttempt(a.id, end));
   }
   if (tasks.empty()) return Status::OK();
+  // Longest first, by what each member took last round: the round ends when its slowest
+  // device does, and starting the long members first evens the devices out. Which member
+  // runs where never changes a result.
+  if (round > 0) {
+    COHORT_ASSIGN_OR_RETURN(auto before, run_.journal->AttemptsOfRound(run_.run.id, round - 1));
+    std::map<std::string, double> took;
+    for (const AttemptRecord& a : before) {
+      if (a.status != AttemptStatus::kDone || !a.metrics_json) continue;
+      json m = json::parse(*a.metrics_json, nullptr, false);
+      if (m.is_object() && m.contains("attempt_seconds") && m["attempt_seconds"].is_number()) {
+        took[a.member] = m["attempt_seconds"].get<double>();
+      }
+    }
+    std::stable_sort(tasks.begin(), tasks.end(), [&](const MemberTask& x, const MemberTask& y) {
+      return took[x.member->name] > took[y.member->name];
+    });
+  }
   return scheduler_->RunRound(round, generation, config_, std::move(tasks), results, stats);
 }
 

@@ -4,7 +4,8 @@
 // slot keeps one `cohort worker` process (docs/protocol.md) alive across members and rounds,
 // so a member costs no process start-up once its slot's worker runs. A member's attempt on a
 // slot is three worker commands in a row: train on the round's generation, predict the pool,
-// predict the test table. Members wait in a queue, in config order, for a free slot.
+// predict the test table. Members wait in a queue for a free slot, in the order the
+// controller gives (config order in round 0, then longest first by the previous round).
 //
 // Failures: a worker that exits, closes its stdout, goes silent past the heartbeat timeout,
 // or runs one attempt past the attempt timeout is killed (SIGTERM to its process group, then
