@@ -244,6 +244,20 @@ class ClosedLoop(LoopCase):
         self.assertEqual([m["attempts"] for m in s["rounds"][2]["members"]], [2, 2, 2])
         self.assertEqual(s["rounds"][2]["test_accuracy"], first["rounds"][2][5])
 
+    def test_members_per_device_packs_members_on_one_device(self):
+        config = write_config(self.dir, rounds=1, devices=1, top="members_per_device = 2",
+                              epochs=100)
+        self.run_loop(config)
+        db = journal(os.path.join(self.dir, "runs", "loop"))
+        rows = db.execute("SELECT member, device, pid, julianday(started_at) AS a, "
+                          "julianday(ended_at) AS b FROM attempts").fetchall()
+        db.close()
+        self.assertEqual({r["device"] for r in rows}, {"cpu:0"})
+        self.assertEqual(len({r["pid"] for r in rows}), 2)  # two workers on the device
+        overlap = any(x["a"] < y["b"] and y["a"] < x["b"] and x["pid"] != y["pid"]
+                      for x in rows for y in rows)
+        self.assertTrue(overlap, [tuple(r) for r in rows])
+
     def test_label_budget_and_text_status(self):
         config = write_config(self.dir, rounds=10, k=150, strategy="entropy",
                               stop="label_budget = 200", members=MEMBERS[:1], devices=1)
