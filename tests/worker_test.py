@@ -278,6 +278,7 @@ class Protocol(WorkerCase):
         self.assertEqual(preds["shape"], [500, 10])
         self.assertEqual(preds["table"], "test")
         self.assertEqual(preds["generation"], GENERATION)
+        self.assertGreater(preds["seconds"], 0)
         p = np.load(out)
         self.assertEqual(p.shape, (500, 10))
         self.assertEqual(p.dtype, np.float32)
