@@ -52,7 +52,8 @@ MEMBERS = [
 
 
 def write_config(dir, name="loop", members=MEMBERS, devices=2, rounds=3, k=100, strategy="bald",
-                 epochs=2, extra_member="", failure="", stop="", source=None, top="", oracle=""):
+                 epochs=2, extra_member="", failure="", stop="", source=None, top="", oracle="",
+                 heartbeat_timeout=20):
     os.makedirs(dir, exist_ok=True)
     devs = ", ".join(f'"cpu:{i}"' for i in range(devices))
     text = f'''name = "{name}"
@@ -82,7 +83,7 @@ seed = 7
 max_rounds = {rounds}
 {stop}
 [failure]
-heartbeat_timeout_s = 20
+heartbeat_timeout_s = {heartbeat_timeout}
 {failure}
 '''
     path = os.path.join(dir, "loop.toml")
@@ -319,43 +320,36 @@ class CommandOracle(LoopCase):
 
 
 class Failures(LoopCase):
-    def test_killed_worker_is_retried(self):
-        config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2])
+    def signal_a_training_worker(self, member, sig, after_s, **config_args):
+        """Runs a one-round loop, sends `sig` to the worker training `member` once it has been
+        at it `after_s` seconds, waits for the run to finish, and returns the member's attempts
+        and the run's stdout."""
+        config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2], **config_args)
         run_dir = os.path.join(self.dir, "runs", "loop")
         proc = self.start(config)
-        attempt = self.wait_for(lambda: self.running_attempt(run_dir, "mlp-a"), what="attempt")
-        time.sleep(0.5)
-        os.kill(attempt["pid"], signal.SIGKILL)
+        attempt = self.wait_for(lambda: self.running_attempt(run_dir, member), what="attempt")
+        time.sleep(after_s)
+        os.kill(attempt["pid"], sig)
         out, err = proc.communicate(timeout=300)
         self.assertEqual(proc.returncode, 0, out + err)
         db = journal(run_dir)
-        rows = db.execute("SELECT attempt, status, exit FROM attempts WHERE member = 'mlp-a' "
-                          "ORDER BY attempt").fetchall()
+        rows = db.execute("SELECT attempt, status, exit FROM attempts WHERE member = ? "
+                          "ORDER BY attempt", (member,)).fetchall()
+        self.assertEqual(db.execute("SELECT status FROM rounds").fetchone()[0], "done")
+        db.close()
+        return rows, out
+
+    def test_killed_worker_is_retried(self):
+        rows, out = self.signal_a_training_worker("mlp-a", signal.SIGKILL, 0.5)
         self.assertEqual(len(rows), 2, [tuple(r) for r in rows])
         self.assertEqual(rows[0]["status"], "failed")
         self.assertIn("signal 9", rows[0]["exit"])
         self.assertEqual(rows[1]["status"], "done")
-        self.assertEqual(db.execute("SELECT status FROM rounds").fetchone()[0], "done")
         self.assertIn("retrying", out)
 
     def test_stopped_worker_is_killed_by_heartbeat_timeout(self):
-        config = write_config(self.dir, rounds=1, epochs=300, members=MEMBERS[:2],
-                              failure="heartbeat_timeout_s = 1.5".replace("\n", ""))
-        # heartbeat_timeout_s appears twice otherwise: drop the default line.
-        with open(config) as f:
-            text = f.read().replace("heartbeat_timeout_s = 20\n", "", 1)
-        with open(config, "w") as f:
-            f.write(text)
-        run_dir = os.path.join(self.dir, "runs", "loop")
-        proc = self.start(config)
-        attempt = self.wait_for(lambda: self.running_attempt(run_dir, "mlp-b"), what="attempt")
-        time.sleep(0.3)
-        os.kill(attempt["pid"], signal.SIGSTOP)
-        out, err = proc.communicate(timeout=300)
-        self.assertEqual(proc.returncode, 0, out + err)
-        db = journal(run_dir)
-        rows = db.execute("SELECT attempt, status, exit FROM attempts WHERE member = 'mlp-b' "
-                          "ORDER BY attempt").fetchall()
+        rows, _ = self.signal_a_training_worker("mlp-b", signal.SIGSTOP, 0.3,
+                                                heartbeat_timeout=1.5)
         self.assertGreaterEqual(len(rows), 2, [tuple(r) for r in rows])
         self.assertEqual(rows[0]["status"], "killed")
         self.assertIn("heartbeat", rows[0]["exit"])
