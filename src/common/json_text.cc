@@ -23,4 +23,17 @@ std::string JsonForMessage(const nlohmann::json& v, size_t max_chars) {
   return s;
 }
 
+std::optional<double> JsonNumberField(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::string JsonStringField(const nlohmann::json& j, const char* key, const std::string& fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 }  // namespace cohort

@@ -5,6 +5,23 @@
 namespace cohort {
 namespace {
 
+TEST(JsonTextTest, FieldsOfTheWrongTypeReadAsAbsent) {
+  auto j = nlohmann::json::parse(R"({"n": 2.5, "i": 3, "s": "x", "null": null, "a": [1]})");
+  EXPECT_EQ(JsonNumberField(j, "n"), 2.5);
+  EXPECT_EQ(JsonNumberField(j, "i"), 3.0);
+  EXPECT_FALSE(JsonNumberField(j, "s").has_value());
+  EXPECT_FALSE(JsonNumberField(j, "null").has_value());
+  EXPECT_FALSE(JsonNumberField(j, "missing").has_value());
+  EXPECT_EQ(JsonStringField(j, "s"), "x");
+  EXPECT_EQ(JsonStringField(j, "n", "fallback"), "fallback");
+  EXPECT_EQ(JsonStringField(j, "a"), "");
+  for (const char* text : {"[1, 2]", "7", "null", "\"text\""}) {
+    auto not_object = nlohmann::json::parse(text);
+    EXPECT_FALSE(JsonNumberField(not_object, "n").has_value()) << text;
+    EXPECT_EQ(JsonStringField(not_object, "s", "none"), "none") << text;
+  }
+}
+
 TEST(JsonTextTest, ShortValuesAreShownWhole) {
   EXPECT_EQ(JsonForMessage(nlohmann::json("ten")), "\"ten\"");
   EXPECT_EQ(JsonForMessage(nlohmann::json::parse(R"({"a":[1,2]})")), R"({"a":[1,2]})");

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/json_text.h"
 #include "loop/acquisition.h"
 #include "loop/config.h"
 #include "loop/crash_point.h"
@@ -318,18 +319,11 @@ Result<std::vector<MemberResult>> Controller::ResultsFromJournal(int64_t round) 
       r.attempt = a.attempt;
       r.checkpoint = a.checkpoint.value_or("");
       json predictions = json::parse(a.predictions_json.value_or("{}"), nullptr, false);
-      auto text = [](const json& j, const char* key) {
-        return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                      : std::string();
-      };
-      auto number = [](const json& j, const char* key) {
-        return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
-      };
-      r.predictions_pool = text(predictions, "pool");
-      r.predictions_test = text(predictions, "test");
+      r.predictions_pool = JsonStringField(predictions, "pool");
+      r.predictions_test = JsonStringField(predictions, "test");
       json metrics = json::parse(a.metrics_json.value_or("{}"), nullptr, false);
-      r.train_seconds = number(metrics, "seconds");
-      r.predict_seconds = number(metrics, "predict_seconds");
+      r.train_seconds = JsonNumberField(metrics, "seconds").value_or(0);
+      r.predict_seconds = JsonNumberField(metrics, "predict_seconds").value_or(0);
     }
   }
   return results;
@@ -467,10 +461,9 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
     std::map<std::string, double> took;
     for (const AttemptRecord& a : before) {
       if (a.status != AttemptStatus::kDone || !a.metrics_json) continue;
-      json m = json::parse(*a.metrics_json, nullptr, false);
-      if (m.is_object() && m.contains("attempt_seconds") && m["attempt_seconds"].is_number()) {
-        took[a.member] = m["attempt_seconds"].get<double>();
-      }
+      auto seconds =
+          JsonNumberField(json::parse(*a.metrics_json, nullptr, false), "attempt_seconds");
+      if (seconds) took[a.member] = *seconds;
     }
     std::stable_sort(tasks.begin(), tasks.end(), [&](const MemberTask& x, const MemberTask& y) {
       return took[x.member->name] > took[y.member->name];

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/json_text.h"
 #include "loop/acquisition.h"
 #include "model/config_json.h"
 #include "store/import.h"
@@ -27,21 +28,10 @@ using nlohmann::json;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::optional<double> NumberField(const json& event, const char* key) {
-  auto it = event.find(key);
-  if (it == event.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
 // Events come from other programs: a field of the wrong type reads as absent, never throws.
-std::string StringField(const json& event, const char* key, const std::string& fallback = "") {
-  auto it = event.find(key);
-  return it != event.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
 int64_t IntField(const json& event, const char* key) {
-  auto it = event.find(key);
-  return it != event.end() && it->is_number() ? it->get<int64_t>() : 0;
+  // Clamped before the conversion: a double beyond int64 does not convert.
+  return static_cast<int64_t>(std::clamp(JsonNumberField(event, key).value_or(0), -1e15, 1e15));
 }
 
 }  // namespace
@@ -110,7 +100,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
       if (&child == s_->program_) OnLog(child, "@cohort " + event.dump());
       return;
     }
-    std::string ev = StringField(event, "ev");
+    std::string ev = JsonStringField(event, "ev");
     // An idle worker beside a script member's attempt has nothing to say about it.
     bool native_attempt = slot->attempt && !slot->attempt->task.member->is_script();
     if (ev == "hello") {
@@ -127,7 +117,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     }
     if (!native_attempt || ev == "heartbeat" || ev == "bye") return;
     Attempt& a = *slot->attempt;
-    std::string id = StringField(event, "id");
+    std::string id = JsonStringField(event, "id");
     if (id.empty() || id != a.command_id) return;  // not an answer to the command in flight
     MemberLine& line = s_->display_->member(a.task.index);
     if (ev == "progress") {
@@ -135,7 +125,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
       return;
     }
     if (ev == "error") {
-      std::string message = StringField(event, "message", "error (no message)");
+      std::string message = JsonStringField(event, "message", "error (no message)");
       s_->EndAttempt(*slot, AttemptStatus::kFailed, message);
       return;
     }
@@ -152,7 +142,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
         (a.step == Attempt::Step::kPredictPool || a.step == Attempt::Step::kPredictTest)) {
       // The worker's own measure when it gives one, else what the controller saw.
       a.predict_seconds +=
-          NumberField(event, "seconds").value_or(Seconds(Clock::now() - a.command_started));
+          JsonNumberField(event, "seconds").value_or(Seconds(Clock::now() - a.command_started));
       if (a.step == Attempt::Step::kPredictPool) {
         a.step = Attempt::Step::kPredictTest;
         if (s_->fatal_.ok()) s_->fatal_ = s_->SendNext(*slot);
@@ -169,8 +159,8 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
     line.epochs = IntField(event, "epochs");
     line.step = IntField(event, "step");
     line.steps = IntField(event, "steps");
-    line.loss = NumberField(event, "loss");
-    line.samples_per_second = NumberField(event, "samples_per_second");
+    line.loss = JsonNumberField(event, "loss");
+    line.samples_per_second = JsonNumberField(event, "samples_per_second");
     int64_t steps = std::max<int64_t>(line.steps, 1);
     int64_t done_steps = line.steps > 0 ? (line.epoch - 1) * line.steps + line.step : line.epoch;
     int64_t total_steps = line.steps > 0 ? line.epochs * steps : line.epochs;
@@ -184,7 +174,7 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
   // A script's events carry no command id: it runs one attempt.
   void OnScriptEvent(Slot& slot, json event) {
     Attempt& a = *slot.attempt;
-    std::string ev = StringField(event, "ev");
+    std::string ev = JsonStringField(event, "ev");
     MemberLine& line = s_->display_->member(a.task.index);
     if (ev == "progress") {
       ShowProgress(line, a, event);
@@ -211,11 +201,11 @@ class Scheduler::Handler : public launch::SubprocessSet::Handler {
       if (!e.is_object()) continue;
       EpochRecord r;
       r.epoch = IntField(e, "epoch");
-      r.train_loss = NumberField(e, "train_loss").value_or(0);
-      r.val_loss = NumberField(e, "val_loss");
-      r.val_accuracy = NumberField(e, "val_accuracy");
-      r.lr = NumberField(e, "lr").value_or(0);
-      r.seconds = NumberField(e, "seconds").value_or(0);
+      r.train_loss = JsonNumberField(e, "train_loss").value_or(0);
+      r.val_loss = JsonNumberField(e, "val_loss");
+      r.val_accuracy = JsonNumberField(e, "val_accuracy");
+      r.lr = JsonNumberField(e, "lr").value_or(0);
+      r.seconds = JsonNumberField(e, "seconds").value_or(0);
       if (!std::isfinite(r.train_loss)) r.train_loss = 0;
       epochs.push_back(r);
     }
@@ -628,7 +618,7 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
       if (a.train_done.contains("metrics") && a.train_done["metrics"].is_object()) {
         metrics = a.train_done["metrics"];
       }
-      if (NumberField(a.train_done, "seconds")) metrics["seconds"] = a.train_done["seconds"];
+      if (JsonNumberField(a.train_done, "seconds")) metrics["seconds"] = a.train_done["seconds"];
       // Only numbers are metrics; a script's odd values stay in its log.
       for (auto it = metrics.begin(); it != metrics.end();) {
         it = it->is_number() || it->is_boolean() ? std::next(it) : metrics.erase(it);
@@ -651,7 +641,7 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
     result.checkpoint = end.checkpoint;
     result.predictions_pool = pool ? a.dir + "/predictions-pool.npy" : "";
     result.predictions_test = a.dir + "/predictions-test.npy";
-    result.train_seconds = NumberField(a.train_done, "seconds").value_or(0);
+    result.train_seconds = JsonNumberField(a.train_done, "seconds").value_or(0);
     result.predict_seconds = a.predict_seconds;
     if (stats_ != nullptr) stats_->predict_s += a.predict_seconds;
     line.state = MemberLine::State::kDone;
