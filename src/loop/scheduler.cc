@@ -42,12 +42,8 @@ struct Scheduler::Attempt {
   int number = 0;
   int64_t id = 0;   // the journal's
   std::string dir;  // relative to the run directory
-  enum class Step {
-    kWaitingForWorker,
-    kTrain,
-    kPredictPool,
-    kPredictTest
-  } step = Step::kWaitingForWorker;
+  // The command to send next, or in flight. A native attempt trains first.
+  enum class Step { kTrain, kPredictPool, kPredictTest } step = Step::kTrain;
   std::string command_id;  // of the command in flight
   Clock::time_point started;
   Clock::time_point command_started;
@@ -375,7 +371,6 @@ Status Scheduler::StartAttempt(Slot& slot, MemberTask task) {
   line.device = slot.name;
   line.attempt = a.number;
   line.state = MemberLine::State::kStarting;
-  a.step = Attempt::Step::kTrain;
   slot.attempt = std::move(a);
   if (slot.ready) return SendNext(slot);
   return Status::OK();
@@ -539,9 +534,7 @@ Status Scheduler::SendNext(Slot& slot) {
   command["member"] = member.name;
   std::string prefix = fmt::format("r{}/{}/a{}", round_, member.name, a.number);
   switch (a.step) {
-    case Attempt::Step::kWaitingForWorker:
     case Attempt::Step::kTrain: {
-      a.step = Attempt::Step::kTrain;
       model::TrainConfig train = member.train;
       train.member = member.name;
       train.warm_start_from = a.task.warm_start_from;
