@@ -14,7 +14,8 @@ namespace {
 constexpr const char* kRunStatusNames[] = {"running", "finished", "failed", "stopped"};
 constexpr const char* kRoundStatusNames[] = {"training",   "predicting", "acquiring", "labelling",
                                              "committing", "done",       "failed"};
-constexpr const char* kAttemptStatusNames[] = {"running", "done", "failed", "killed"};
+constexpr const char* kAttemptStatusNames[] = {"running", "done", "failed", "killed",
+                                               "interrupted"};
 
 template <typename E, std::size_t N>
 bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
@@ -27,8 +28,8 @@ bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
   return false;
 }
 
-// The schema of version 1. docs/journal.md documents every column; keep the two in step.
-constexpr const char* kSchemaV1 = R"sql(
+// The schema (version 2). docs/journal.md documents every column; keep the two in step.
+constexpr const char* kSchema = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
   name               TEXT NOT NULL UNIQUE,
@@ -72,7 +73,8 @@ CREATE TABLE attempts (
   attempt          INTEGER NOT NULL,
   device           TEXT NOT NULL,
   pid              INTEGER,
-  status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'killed')),
+  status           TEXT NOT NULL
+                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
   exit             TEXT,
   started_at       TEXT NOT NULL,
   ended_at         TEXT,
@@ -112,6 +114,42 @@ CREATE TABLE acquisitions (
   UNIQUE (run_id, round, sample_id),
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 );
+)sql";
+
+// Version 2 added the attempt status 'interrupted' (an attempt the controller's own stop
+// ended: not the member's failure, so a resume does not count it against its retries).
+// Version 1 journalled those as 'killed', told apart only by their exit text; the upgrade
+// reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt, with
+// the epochs' foreign keys checked at commit.
+constexpr const char* kMigrateV1ToV2 = R"sql(
+PRAGMA defer_foreign_keys = ON;
+CREATE TABLE attempts_v2 (
+  id               INTEGER PRIMARY KEY,
+  run_id           INTEGER NOT NULL,
+  round            INTEGER NOT NULL,
+  member           TEXT NOT NULL,
+  attempt          INTEGER NOT NULL,
+  device           TEXT NOT NULL,
+  pid              INTEGER,
+  status           TEXT NOT NULL
+                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
+  exit             TEXT,
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
+  checkpoint       TEXT,
+  log_path         TEXT,
+  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+  UNIQUE (run_id, round, member, attempt),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+);
+INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
+  CASE WHEN status = 'killed' AND (exit LIKE 'interrupted%' OR exit LIKE 'the controller%')
+       THEN 'interrupted' ELSE status END,
+  exit, started_at, ended_at, metrics_json, checkpoint, log_path, predictions_json
+  FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v2 RENAME TO attempts;
 )sql";
 
 // The column list every round reader selects, in the order ReadRound expects.
@@ -322,7 +360,7 @@ Status Journal::Init(const JournalOptions& options) {
                                    std::to_string(kJournalSchemaVersion));
   }
   if (version == kJournalSchemaVersion) return txn.Commit();
-  {
+  if (version == 0) {
     COHORT_STMT_(count, "SELECT count(*) FROM sqlite_schema", "inspect the database");
     COHORT_ASSIGN_OR_RETURN(bool row, count.Step());
     if (row && count.ColInt(0) != 0) {
@@ -331,8 +369,12 @@ Status Journal::Init(const JournalOptions& options) {
                                      "(tables present, user_version 0)");
     }
   }
-  COHORT_RETURN_IF_ERROR(Exec(kSchemaV1, "create the schema"));
-  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=1", "set the schema version"));
+  if (version == 1) {
+    COHORT_RETURN_IF_ERROR(Exec(kMigrateV1ToV2, "upgrade the journal from schema version 1"));
+  } else {
+    COHORT_RETURN_IF_ERROR(Exec(kSchema, "create the schema"));
+  }
+  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=2", "set the schema version"));
   return txn.Commit();
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,14 @@ std::string RunPaths::AttemptDir(const std::string& member, int64_t round, int a
   std::snprintf(buf, sizeof(buf), "/round-%04lld/attempt-%d", static_cast<long long>(round),
                 attempt);
   return "members/" + member + buf;
+}
+
+std::string RunPaths::WorkerLog(const std::string& device, int slot, int number) {
+  std::string name = device;
+  std::replace(name.begin(), name.end(), ':', '-');
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%d-%04d.log", slot, number);
+  return "workers/" + name + buf;
 }
 
 std::string RunPaths::OracleDir(int64_t round) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "loop/config.h"
@@ -42,6 +43,13 @@ struct RunPaths {
   std::string workers() const { return root + "/workers"; }
   // "members/NAME/round-0003/attempt-1", relative to root.
   static std::string AttemptDir(const std::string& member, int64_t round, int attempt);
+  // A file of an attempt (a protocol::file name), relative to root like `attempt_dir`.
+  static std::string AttemptFile(const std::string& attempt_dir, std::string_view name) {
+    return attempt_dir + "/" + std::string(name);
+  }
+  // "workers/cpu-0-1-0007.log": the stderr log of the 7th worker process started in this run
+  // directory, on slot 1 of device cpu:0; relative to root.
+  static std::string WorkerLog(const std::string& device, int slot, int number);
   // "oracle/round-0003", relative to root.
   static std::string OracleDir(int64_t round);
   std::string Absolute(const std::string& relative) const { return root + "/" + relative; }
