@@ -52,7 +52,7 @@ inline std::string LoopConfigText(const std::string& source, int members, int de
   for (int d = 0; d < devices; ++d) text += (d ? ", " : "") + ("\"cpu:" + std::to_string(d) + "\"");
   text += "]\n[store]\nsource = \"" + source + "\"\n";
   for (int m = 0; m < members; ++m) {
-    text += "[[member]]\nname = \"m" + std::to_string(m) + "\"\nmodel = \"flatten, dense 4\"\n";
+    text += "[[member]]\nname = \"m" + std::to_string(m) + "\"\nmodel = \"flatten, dense 3\"\n";
   }
   text += "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 2\n";
   if (extra.find("[stop]") == std::string::npos) text += "[stop]\nmax_rounds = 3\n";
