@@ -119,10 +119,9 @@ CREATE TABLE acquisitions (
 // Version 2 added the attempt status 'interrupted' (an attempt the controller's own stop
 // ended: not the member's failure, so a resume does not count it against its retries).
 // Version 1 journalled those as 'killed', told apart only by their exit text; the upgrade
-// reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt, with
-// the epochs' foreign keys checked at commit.
+// reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt (with
+// foreign keys off, so the epochs pointing at its rows are left alone).
 constexpr const char* kMigrateV1ToV2 = R"sql(
-PRAGMA defer_foreign_keys = ON;
 CREATE TABLE attempts_v2 (
   id               INTEGER PRIMARY KEY,
   run_id           INTEGER NOT NULL,
@@ -343,9 +342,14 @@ Status Journal::Init(const JournalOptions& options) {
     }
   }
   COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous=FULL"));
-  COHORT_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
+  // Create (or upgrade) the schema once; another process may be doing the same, so check under
+  // the lock. Foreign keys are enforced from the end of this step on: an upgrade rebuilds a
+  // table other tables point at.
+  COHORT_RETURN_IF_ERROR(CreateOrUpgradeSchema());
+  return Exec("PRAGMA foreign_keys=ON", "enable foreign keys");
+}
 
-  // Create the schema once; another process may be doing the same, so check under the lock.
+Status Journal::CreateOrUpgradeSchema() {
   Txn txn(this);
   COHORT_RETURN_IF_ERROR(txn.Begin("create the schema"));
   int64_t version = 0;

@@ -249,6 +249,7 @@ class Journal {
   class Txn;
   Journal(std::string path, sqlite3* db);
 
+  Status CreateOrUpgradeSchema();
   Status Init(const JournalOptions& options);
   Status Exec(const char* sql, const char* purpose);
   // A prepared statement for `sql`, compiled on first use and kept for the Journal's life.
