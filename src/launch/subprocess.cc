@@ -16,13 +16,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/worker_protocol.h"
+
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
 
 namespace cohort::launch {
 
 namespace {
 
-constexpr std::string_view kEventPrefix = "@cohort ";
+// Event lines start with the worker protocol's prefix; the set only frames them.
+using protocol::kEventPrefix;
+
 // At most this many bytes are read from one child per Poll(), so a chatty child cannot starve
 // the others.
 constexpr size_t kReadBudgetPerPoll = size_t{1} << 20;
