@@ -28,6 +28,28 @@ bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
   return false;
 }
 
+// The attempts table's columns, shared by the schema and the upgrade that rebuilds it.
+#define COHORT_ATTEMPTS_COLUMNS R"sql((
+  id               INTEGER PRIMARY KEY,
+  run_id           INTEGER NOT NULL,
+  round            INTEGER NOT NULL,
+  member           TEXT NOT NULL,
+  attempt          INTEGER NOT NULL,
+  device           TEXT NOT NULL,
+  pid              INTEGER,
+  status           TEXT NOT NULL
+                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
+  exit             TEXT,
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
+  checkpoint       TEXT,
+  log_path         TEXT,
+  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+  UNIQUE (run_id, round, member, attempt),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+))sql"
+
 // The schema (version 2). docs/journal.md documents every column; keep the two in step.
 constexpr const char* kSchema = R"sql(
 CREATE TABLE runs (
@@ -65,26 +87,7 @@ CREATE TABLE rounds (
   error             TEXT,
   PRIMARY KEY (run_id, round)
 );
-CREATE TABLE attempts (
-  id               INTEGER PRIMARY KEY,
-  run_id           INTEGER NOT NULL,
-  round            INTEGER NOT NULL,
-  member           TEXT NOT NULL,
-  attempt          INTEGER NOT NULL,
-  device           TEXT NOT NULL,
-  pid              INTEGER,
-  status           TEXT NOT NULL
-                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
-  exit             TEXT,
-  started_at       TEXT NOT NULL,
-  ended_at         TEXT,
-  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
-  checkpoint       TEXT,
-  log_path         TEXT,
-  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
-  UNIQUE (run_id, round, member, attempt),
-  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
-);
+CREATE TABLE attempts )sql" COHORT_ATTEMPTS_COLUMNS R"sql(;
 CREATE TABLE epochs (
   attempt_id   INTEGER NOT NULL REFERENCES attempts(id),
   epoch        INTEGER NOT NULL,
@@ -122,26 +125,7 @@ CREATE TABLE acquisitions (
 // reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt (with
 // foreign keys off, so the epochs pointing at its rows are left alone).
 constexpr const char* kMigrateV1ToV2 = R"sql(
-CREATE TABLE attempts_v2 (
-  id               INTEGER PRIMARY KEY,
-  run_id           INTEGER NOT NULL,
-  round            INTEGER NOT NULL,
-  member           TEXT NOT NULL,
-  attempt          INTEGER NOT NULL,
-  device           TEXT NOT NULL,
-  pid              INTEGER,
-  status           TEXT NOT NULL
-                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
-  exit             TEXT,
-  started_at       TEXT NOT NULL,
-  ended_at         TEXT,
-  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
-  checkpoint       TEXT,
-  log_path         TEXT,
-  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
-  UNIQUE (run_id, round, member, attempt),
-  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
-);
+CREATE TABLE attempts_v2 )sql" COHORT_ATTEMPTS_COLUMNS R"sql(;
 INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
   CASE WHEN status = 'killed' AND (exit LIKE 'interrupted%' OR exit LIKE 'the controller%')
        THEN 'interrupted' ELSE status END,

@@ -236,6 +236,25 @@ Status Scheduler::StartAttempt(Slot& slot, MemberTask task) {
   return slot.attempt->is_script() ? StartScript(slot) : StartNativeAttempt(slot);
 }
 
+Status Scheduler::JournalStart(Slot& slot, int64_t pid, const std::string& log_path) {
+  Attempt& a = *slot.attempt;
+  AttemptStart start{.run_id = run_id_,
+                     .round = round_,
+                     .member = a.task.member->name,
+                     .attempt = a.number,
+                     .device = slot.device.ToString(),
+                     .pid = pid,
+                     .log_path = log_path};
+  auto id = journal_->BeginAttempt(start);
+  if (!id.ok()) {
+    slot.attempt.reset();
+    return id.status();
+  }
+  a.id = *id;
+  observer_->AttemptStarted(RefOf(slot));
+  return Status::OK();
+}
+
 Status Scheduler::StartNativeAttempt(Slot& slot) {
   Attempt& a = *slot.attempt;
   Status spawned = slot.worker ? Status::OK() : SpawnWorker(slot);
@@ -254,40 +273,16 @@ Status Scheduler::StartNativeAttempt(Slot& slot) {
   a.log_offset = fs::file_size(paths_.Absolute(slot.log_path), ec);
   if (ec) a.log_offset = 0;
 
-  AttemptStart start{.run_id = run_id_,
-                     .round = round_,
-                     .member = a.task.member->name,
-                     .attempt = a.number,
-                     .device = slot.device.ToString(),
-                     .pid = host_->Pid(*slot.worker),
-                     .log_path = slot.log_path};
-  auto id = journal_->BeginAttempt(start);
-  if (!id.ok()) {
-    slot.attempt.reset();
-    return id.status();
-  }
-  a.id = *id;
-  observer_->AttemptStarted(RefOf(slot));
+  COHORT_RETURN_IF_ERROR(JournalStart(slot, host_->Pid(*slot.worker), slot.log_path));
   if (slot.ready) return SendNext(slot);
   return Status::OK();
 }
 
 Status Scheduler::StartScript(Slot& slot) {
   Attempt& a = *slot.attempt;
-  AttemptStart start{.run_id = run_id_,
-                     .round = round_,
-                     .member = a.task.member->name,
-                     .attempt = a.number,
-                     .device = slot.device.ToString(),
-                     .pid = 0,
-                     .log_path = RunPaths::AttemptFile(a.dir, protocol::file::kMemberLog)};
-  auto id = journal_->BeginAttempt(start);
-  if (!id.ok()) {
-    slot.attempt.reset();
-    return id.status();
-  }
-  a.id = *id;
-  observer_->AttemptStarted(RefOf(slot));
+  // The script's pid is journalled once it runs.
+  COHORT_RETURN_IF_ERROR(
+      JournalStart(slot, 0, RunPaths::AttemptFile(a.dir, protocol::file::kMemberLog)));
 
   ScriptAttempt script{.config = config_,
                        .member_index = a.task.index,

@@ -137,6 +137,8 @@ class Scheduler {
   AttemptRef RefOf(const Slot& slot) const;
   void StartQueuedAttempts();
   Status StartAttempt(Slot& slot, MemberTask task);
+  // Journals the slot's attempt as started (its id is the journal's) and reports it.
+  Status JournalStart(Slot& slot, int64_t pid, const std::string& log_path);
   Status StartNativeAttempt(Slot& slot);
   Status StartScript(Slot& slot);
   Status SpawnWorker(Slot& slot);
