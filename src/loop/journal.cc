@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "store/manifest.h"  // NowIso8601
@@ -29,7 +30,7 @@ bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
 }
 
 // The attempts table's columns, shared by the schema and the upgrade that rebuilds it.
-#define COHORT_ATTEMPTS_COLUMNS R"sql((
+constexpr const char* kAttemptsColumns = R"sql((
   id               INTEGER PRIMARY KEY,
   run_id           INTEGER NOT NULL,
   round            INTEGER NOT NULL,
@@ -48,10 +49,10 @@ bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
   predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
   UNIQUE (run_id, round, member, attempt),
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
-))sql"
+))sql";
 
 // The schema (version 2). docs/journal.md documents every column; keep the two in step.
-constexpr const char* kSchema = R"sql(
+constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
   name               TEXT NOT NULL UNIQUE,
@@ -87,7 +88,7 @@ CREATE TABLE rounds (
   error             TEXT,
   PRIMARY KEY (run_id, round)
 );
-CREATE TABLE attempts )sql" COHORT_ATTEMPTS_COLUMNS R"sql(;
+CREATE TABLE attempts {attempts};
 CREATE TABLE epochs (
   attempt_id   INTEGER NOT NULL REFERENCES attempts(id),
   epoch        INTEGER NOT NULL,
@@ -124,8 +125,8 @@ CREATE TABLE acquisitions (
 // Version 1 journalled those as 'killed', told apart only by their exit text; the upgrade
 // reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt (with
 // foreign keys off, so the epochs pointing at its rows are left alone).
-constexpr const char* kMigrateV1ToV2 = R"sql(
-CREATE TABLE attempts_v2 )sql" COHORT_ATTEMPTS_COLUMNS R"sql(;
+constexpr const char* kMigrateV1ToV2Template = R"sql(
+CREATE TABLE attempts_v2 {attempts};
 INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
   CASE WHEN status = 'killed' AND (exit LIKE 'interrupted%' OR exit LIKE 'the controller%')
        THEN 'interrupted' ELSE status END,
@@ -134,6 +135,13 @@ INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
 DROP TABLE attempts;
 ALTER TABLE attempts_v2 RENAME TO attempts;
 )sql";
+
+// `sql` with its {attempts} replaced by the attempts table's columns.
+std::string WithAttemptsColumns(std::string sql) {
+  const std::string marker = "{attempts}";
+  sql.replace(sql.find(marker), marker.size(), kAttemptsColumns);
+  return sql;
+}
 
 // The column list every round reader selects, in the order ReadRound expects.
 #define COHORT_ROUND_COLUMNS                                                                \
@@ -358,9 +366,10 @@ Status Journal::CreateOrUpgradeSchema() {
     }
   }
   if (version == 1) {
-    COHORT_RETURN_IF_ERROR(Exec(kMigrateV1ToV2, "upgrade the journal from schema version 1"));
+    COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kMigrateV1ToV2Template).c_str(),
+                                "upgrade the journal from schema version 1"));
   } else {
-    COHORT_RETURN_IF_ERROR(Exec(kSchema, "create the schema"));
+    COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
   COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=2", "set the schema version"));
   return txn.Commit();
