@@ -177,7 +177,7 @@ std::vector<float> DefaultFakePredictions(const store::Table& table, int64_t cla
 }
 
 FakeProcessHost::Factory FakeWorkerFactory(FakeWorkerOptions options,
-                                           FakeProcessHost::Factory other) {
+                                           const FakeProcessHost::Factory& other) {
   auto shared = std::make_shared<FakeWorkerOptions>(std::move(options));
   return
       [shared, other](const launch::SpawnSpec& spec) -> std::unique_ptr<FakeProcessHost::Program> {

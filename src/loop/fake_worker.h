@@ -49,7 +49,7 @@ struct FakeWorkerOptions {
 // A factory for FakeProcessHost: argv[1] == "worker" gets a FakeWorker; anything else is
 // handed to `other` (outside scripts, oracles), or cannot be started when `other` is null.
 FakeProcessHost::Factory FakeWorkerFactory(FakeWorkerOptions options,
-                                           FakeProcessHost::Factory other = nullptr);
+                                           const FakeProcessHost::Factory& other = nullptr);
 
 // The default predictions of FakeWorkerOptions::predict.
 std::vector<float> DefaultFakePredictions(const store::Table& table, int64_t classes);
