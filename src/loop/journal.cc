@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "store/manifest.h"  // NowIso8601
+#include "common/time_text.h"
 
 namespace cohort::loop {
 
@@ -391,7 +391,7 @@ Result<int64_t> Journal::StartRun(const RunStart& run) {
   st.Text(3, run.config_fingerprint);
   st.Text(4, run.source_store);
   st.Int(5, static_cast<int64_t>(run.source_generation));
-  st.Text(6, store::NowIso8601());
+  st.Text(6, NowIso8601());
   COHORT_RETURN_IF_ERROR(st.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
   COHORT_RETURN_IF_ERROR(txn.Commit());
@@ -430,7 +430,7 @@ Status Journal::SetRunStatus(int64_t run_id, RunStatus status) {
   COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
   COHORT_STMT_(st, "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?", purpose);
   st.Text(1, RunStatusName(status));
-  st.TextOrNull(2, status == RunStatus::kRunning ? std::string() : store::NowIso8601());
+  st.TextOrNull(2, status == RunStatus::kRunning ? std::string() : NowIso8601());
   st.Int(3, run_id);
   COHORT_RETURN_IF_ERROR(st.Run());
   if (sqlite3_changes(db_) == 0) {
@@ -472,7 +472,7 @@ Status Journal::BeginRound(int64_t run_id, int64_t round, uint64_t input_generat
   st.Int(1, run_id);
   st.Int(2, round);
   st.Int(3, static_cast<int64_t>(input_generation));
-  st.Text(4, store::NowIso8601());
+  st.Text(4, NowIso8601());
   COHORT_RETURN_IF_ERROR(st.Run());
   return txn.Commit();
 }
@@ -497,7 +497,7 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
       "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, error = NULL "
       "WHERE run_id = ? AND round = ?",
       "finish round", [&](Stmt& st) {
-        st.Text(1, store::NowIso8601());
+        st.Text(1, NowIso8601());
         st.Int(2, static_cast<int64_t>(o.output_generation));
         st.Int(3, o.labels_total);
         st.Real(4, o.timings.train_s);
@@ -519,7 +519,7 @@ Status Journal::FailRound(int64_t run_id, int64_t round, const std::string& erro
       run_id, round,
       "UPDATE rounds SET status = 'failed', ended_at = ?, error = ? WHERE run_id = ? AND round = ?",
       "fail round", [&](Stmt& st) {
-        st.Text(1, store::NowIso8601());
+        st.Text(1, NowIso8601());
         st.Text(2, error);
         return 2;
       });
@@ -542,7 +542,7 @@ Result<int64_t> Journal::BeginAttempt(const AttemptStart& a) {
   st.Int(4, a.attempt);
   st.Text(5, a.device);
   if (a.pid != 0) st.Int(6, a.pid);
-  st.Text(7, store::NowIso8601());
+  st.Text(7, NowIso8601());
   st.TextOrNull(8, a.log_path);
   COHORT_RETURN_IF_ERROR(st.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
@@ -576,7 +576,7 @@ Status Journal::FinishAttempt(int64_t attempt_id, const AttemptEnd& end) {
                purpose);
   st.Text(1, AttemptStatusName(end.status));
   st.TextOrNull(2, end.exit);
-  st.Text(3, store::NowIso8601());
+  st.Text(3, NowIso8601());
   st.TextOrNull(4, end.metrics_json);
   st.TextOrNull(5, end.checkpoint);
   st.TextOrNull(6, end.predictions_json);

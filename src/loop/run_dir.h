@@ -77,8 +77,8 @@ Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_t
 // is not running). Does not take the lock.
 std::optional<int64_t> RunLockHolder(const std::string& run_dir);
 
-// Writes `text` to `path` durably and atomically: path.tmp, fsync, rename, fsync of the
-// directory.
-Status WriteFileAtomically(store::Env* env, const std::string& path, const std::string& text);
+// The run's files (loop.toml, members' specs) are written durably and atomically through the
+// store's Env, by the store's one implementation: path.tmp, fsync, rename, fsync of the directory.
+using store::WriteFileAtomically;
 
 }  // namespace cohort::loop

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/status.h"
 #include "common/worker_protocol.h"
@@ -81,9 +82,6 @@ class Channel {
   explicit Channel(int fd) : fd_(fd) {}
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
-  ~Channel() {
-    if (fd_ >= 0) ::close(fd_);
-  }
 
   // Writes "@cohort {json}\n" whole; false once the controller is gone (the pipe broke).
   bool Emit(const Event& event) {
@@ -92,7 +90,7 @@ class Channel {
     if (broken_.load()) return false;
     size_t done = 0;
     while (done < line.size()) {
-      ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      ssize_t n = ::write(fd_.get(), line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         broken_.store(true);
@@ -106,7 +104,7 @@ class Channel {
   bool broken() const { return broken_.load(); }
 
  private:
-  int fd_;
+  ScopedFd fd_;
   std::mutex mu_;
   std::atomic<bool> broken_{false};
 };
