@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "loop/acquisition.h"
-#include "store/import.h"
+#include "store/host_array.h"
+#include "store/npy.h"
 #include "store/schema.h"
 
 namespace cohort::loop {
