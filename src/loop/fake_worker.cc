@@ -29,6 +29,7 @@ class FakeWorker : public FakeProcessHost::Program {
         heartbeat_ = Duration(static_cast<int64_t>(std::stod(argv[i + 1]) * 1000));
       }
     }
+    for (const std::string& line : options_.stray_lines) p.Log(line);
     p.Event({{"ev", protocol::ev::kHello}, {"version", options_.hello_version}, {"pid", p.pid()}},
             options_.start_time);
     p.After(options_.start_time, [this, &p] { Beat(p); });

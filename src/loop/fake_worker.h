@@ -36,6 +36,8 @@ struct FakeAttempt {
 struct FakeWorkerOptions {
   std::chrono::milliseconds start_time{300};  // until `hello`
   int hello_version = 1;
+  // Plain stdout lines the worker prints before `hello` (as a chatty library would).
+  std::vector<std::string> stray_lines;
   // Per (member, round, attempt); default: every attempt is kOk with the default times.
   std::function<FakeAttempt(const std::string& member, int64_t round, int attempt)> plan;
   // Class probabilities a member predicts for a table (rows x classes, row-major); default:

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 
+#include "common/worker_protocol.h"
 #include "loop/fake_process_host.h"
 #include "loop/fake_worker.h"
 #include "loop/loop_test_util.h"
@@ -266,6 +269,20 @@ TEST_F(SchedulerTest, AWorkerOfAnotherProtocolVersionIsStopped) {
   ASSERT_FALSE(observer_.notes.empty());
   EXPECT_NE(observer_.notes[0].find("speaks protocol version 2, not 1"), std::string::npos)
       << observer_.notes[0];
+}
+
+TEST_F(SchedulerTest, StrayStdoutLinesGoToTheWorkerLogInOrder) {
+  worker_.stray_lines = {"loading libraries", "warning: something"};
+  Open(1, 1);
+  ASSERT_TRUE(RunRound().ok());
+  ASSERT_TRUE(RunRound(1).ok());
+  auto attempts = Attempts();
+  std::ifstream log(run_.paths.Absolute(*attempts["m0#1"].log_path));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "loading libraries\nwarning: something\n");
+  // The attempt's own slice of the log is kept beside its outputs.
+  EXPECT_TRUE(fs::exists(run_.paths.Absolute(
+      RunPaths::AttemptFile(RunPaths::AttemptDir("m0", 0, 1), protocol::file::kWorkerLog))));
 }
 
 TEST_F(SchedulerTest, ShutdownEndsIdleWorkersCleanly) {
