@@ -328,6 +328,7 @@ std::string ExitInfo::ToString() const {
       break;
   }
   if (output_cut) text += "; its stdout was still open and was cut";
+  if (!detail.empty()) text += ": " + detail;
   return text;
 }
 

@@ -81,6 +81,9 @@ struct ExitInfo {
   // The heartbeat timeout or wall-clock limit that was exceeded, for those reasons.
   std::chrono::milliseconds limit{0};
   Clock::duration run_time{};  // from spawn to the moment the exit was seen
+  // What the process host knows beyond the exit status (a cluster's reason: a time limit, a
+  // node failure, a step that never started); ToString appends it after ": ".
+  std::string detail;
   // "exited with status 3", "killed by signal 11 (Segmentation fault)",
   // "killed: no output for 2.0 s (heartbeat timeout), then signal 9 (Killed)".
   std::string ToString() const;

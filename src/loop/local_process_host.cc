@@ -76,6 +76,10 @@ void LocalProcessHost::Kill(ProcessId process) {
   if (launch::Subprocess* child = Find(process)) (void)child->Kill();
 }
 
+void LocalProcessHost::SetHeartbeatTimeout(ProcessId process, std::chrono::milliseconds timeout) {
+  if (launch::Subprocess* child = Find(process)) child->set_heartbeat_timeout(timeout);
+}
+
 int64_t LocalProcessHost::Pid(ProcessId process) const {
   launch::Subprocess* child = Find(process);
   return child == nullptr ? 0 : child->pid();

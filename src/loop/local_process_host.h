@@ -29,6 +29,9 @@ class LocalProcessHost : public ProcessHost {
   size_t live() const override { return set_->size(); }
   launch::Clock::time_point Now() const override { return launch::Clock::now(); }
 
+  // Changes a running process's heartbeat timeout (0: none), counted from its last output line.
+  void SetHeartbeatTimeout(ProcessId process, std::chrono::milliseconds timeout);
+
  private:
   class Adapter;
   explicit LocalProcessHost(std::unique_ptr<launch::SubprocessSet> set) : set_(std::move(set)) {}

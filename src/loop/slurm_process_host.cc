@@ -1,0 +1,156 @@
+#include "loop/slurm_process_host.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <utility>
+
+#include "common/file_util.h"
+
+namespace cohort::loop {
+
+namespace {
+
+// The end of a log file, where srun and slurmstepd write why a step ended.
+std::string LogTail(const std::string& path, size_t bytes = 16384) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<size_t>(in.tellg());
+  in.seekg(static_cast<std::streamoff>(size > bytes ? size - bytes : 0));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+// Starts a step's heartbeat clock at its first line and adds Slurm's words to its exit.
+class SlurmProcessHost::Adapter : public ProcessHost::Listener {
+ public:
+  Adapter(SlurmProcessHost* host, Listener* listener) : host_(host), listener_(listener) {}
+
+  void OnEvent(ProcessId process, nlohmann::json event) override {
+    Started(process);
+    listener_->OnEvent(process, std::move(event));
+  }
+  void OnLog(ProcessId process, std::string_view line) override {
+    Started(process);
+    listener_->OnLog(process, line);
+  }
+  void OnStdoutClosed(ProcessId process) override { listener_->OnStdoutClosed(process); }
+  void OnExit(ProcessId process, const launch::ExitInfo& info) override {
+    launch::ExitInfo with_detail = info;
+    auto it = host_->steps_.find(process);
+    if (it != host_->steps_.end()) {
+      with_detail.detail = host_->EndDetail(it->second, info);
+      host_->steps_.erase(it);
+    }
+    listener_->OnExit(process, with_detail);
+  }
+
+ private:
+  void Started(ProcessId process) {
+    auto it = host_->steps_.find(process);
+    if (it == host_->steps_.end() || it->second.started) return;
+    it->second.started = true;
+    host_->local_->SetHeartbeatTimeout(process, it->second.heartbeat_timeout);
+  }
+
+  SlurmProcessHost* host_;
+  Listener* listener_;
+};
+
+SlurmProcessHost::SlurmProcessHost(launch::SlurmOptions options,
+                                   std::unique_ptr<LocalProcessHost> local)
+    : options_(std::move(options)),
+      in_allocation_(launch::InSlurmAllocation()),
+      local_(std::move(local)) {}
+
+Result<std::unique_ptr<SlurmProcessHost>> SlurmProcessHost::Create(
+    launch::SlurmOptions options, std::chrono::milliseconds kill_grace) {
+  COHORT_ASSIGN_OR_RETURN(auto local, LocalProcessHost::Create(kill_grace));
+  return std::unique_ptr<SlurmProcessHost>(
+      new SlurmProcessHost(std::move(options), std::move(local)));
+}
+
+std::string SlurmProcessHost::EndDetail(const Step& step, const launch::ExitInfo& info) const {
+  if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) return "";
+  std::string reason = launch::SlurmEndReason(LogTail(step.log_path));
+  if (reason.rfind("the step did not start: ", 0) == 0) {
+    return fmt::format("slurm: the step did not start within {} s ({}): {}",
+                       options_.queue_timeout_s, launch::DescribeRequest(options_),
+                       reason.substr(std::string("the step did not start: ").size()));
+  }
+  return reason.empty() ? "" : "slurm: " + reason;
+}
+
+Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
+  launch::SpawnSpec step = spec;
+  std::string program =
+      spec.argv.empty() ? "cohort" : std::filesystem::path(spec.argv[0]).filename().string();
+  bool worker = spec.argv.size() > 1 && spec.argv[1] == "worker";
+  step.argv = launch::SrunArgv(options_, "cohort-" + (worker ? std::string("worker") : program),
+                               in_allocation_, spec.argv);
+  std::erase_if(step.env, [](const auto& kv) { return launch::IsLocalBindingVariable(kv.first); });
+  // A step waiting for its resources says nothing; --immediate bounds that wait instead.
+  step.heartbeat_timeout = std::chrono::milliseconds(0);
+  COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
+  steps_[id] = Step{.log_path = spec.stderr_path, .heartbeat_timeout = spec.heartbeat_timeout};
+  return id;
+}
+
+Status SlurmProcessHost::Write(ProcessId process, std::string_view line) {
+  return local_->Write(process, line);
+}
+void SlurmProcessHost::CloseStdin(ProcessId process) { local_->CloseStdin(process); }
+// srun turns SIGTERM into SIGKILL of the task and ends the step: the scancel of its step.
+void SlurmProcessHost::Terminate(ProcessId process) { local_->Terminate(process); }
+void SlurmProcessHost::Kill(ProcessId process) { local_->Kill(process); }
+int64_t SlurmProcessHost::Pid(ProcessId process) const { return local_->Pid(process); }
+std::string SlurmProcessHost::Name(ProcessId process) const {
+  return "srun:" + local_->Name(process);
+}
+
+Result<int> SlurmProcessHost::Poll(std::chrono::milliseconds timeout, Listener& listener) {
+  Adapter adapter(this, &listener);
+  return local_->Poll(timeout, adapter);
+}
+
+Status SlurmProcessHost::CheckSharedStore(const std::string& store_dir,
+                                          const std::string& log_path) {
+  const std::string current = store_dir + "/CURRENT";
+  COHORT_ASSIGN_OR_RETURN(std::string here, ReadFileToString(current));
+  launch::SpawnSpec probe;
+  probe.argv = {"cat", current};
+  probe.stderr_path = log_path;
+
+  // A listener that keeps the probe's output and exit.
+  struct Collect : Listener {
+    std::string out;
+    std::optional<launch::ExitInfo> exit;
+    void OnEvent(ProcessId, nlohmann::json) override {}
+    void OnLog(ProcessId, std::string_view line) override { out.append(line).append("\n"); }
+    void OnExit(ProcessId, const launch::ExitInfo& info) override { exit = info; }
+  } collect;
+  COHORT_ASSIGN_OR_RETURN(ProcessId id, Start(probe));
+  (void)id;
+  while (!collect.exit) {
+    COHORT_ASSIGN_OR_RETURN(int interrupts, Poll(std::chrono::milliseconds(250), collect));
+    if (interrupts > 0) return Status::Aborted("interrupted while probing the cluster");
+  }
+  if (collect.exit->reason == launch::ExitReason::kExited && collect.exit->exit_code == 0 &&
+      collect.out == here) {
+    return Status::OK();
+  }
+  std::string what =
+      collect.exit->reason == launch::ExitReason::kExited && collect.exit->exit_code == 0
+          ? "it read other contents than this machine's"
+          : collect.exit->ToString();
+  return Status::IOError(fmt::format(
+      "slurm: a probe step could not read the run's store at {} ({}; log: {}); the run "
+      "directory must be on a filesystem every node of the cluster mounts at the same path",
+      store_dir, what, probe.stderr_path));
+}
+
+}  // namespace cohort::loop

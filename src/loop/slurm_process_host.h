@@ -1,0 +1,64 @@
+// SlurmProcessHost: the ProcessHost that runs each process as a Slurm job step (launch/slurm.h):
+// `srun --ntasks=1 ... ARGV`, started and served by a LocalProcessHost, so the worker protocol
+// passes through srun's stdio unchanged and deadlines, kills and interrupts work as locally.
+// What it adds:
+// - the step's request (partition, time, memory, CPUs, GPUs, extra srun arguments) and Slurm's
+//   own device binding (the local CUDA_VISIBLE_DEVICES and CPU set are not passed on);
+// - a step waiting in the queue is not silent: the heartbeat timeout starts with its first line,
+//   and srun's --immediate ends a step that did not start within queue_timeout_s;
+// - an end Slurm caused is said in words in ExitInfo::detail ("slurm: the step did not start
+//   within 300 s (partition gpu, 1 GPU, 1 CPU): Requested nodes are busy", a time limit,
+//   preemption, a node failure), read from the step's log;
+// - CheckSharedStore: a probe step that reads the run store's CURRENT, so a store the nodes do
+//   not see fails the run at its start.
+//
+// Thread-safety: as LocalProcessHost.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "launch/slurm.h"
+#include "loop/local_process_host.h"
+
+namespace cohort::loop {
+
+class SlurmProcessHost : public ProcessHost {
+ public:
+  static Result<std::unique_ptr<SlurmProcessHost>> Create(launch::SlurmOptions options,
+                                                          std::chrono::milliseconds kill_grace);
+
+  // Runs one probe step that prints `store_dir`/CURRENT and compares it with this machine's;
+  // the step's stderr goes to `log_path`.
+  Status CheckSharedStore(const std::string& store_dir, const std::string& log_path);
+
+  Result<ProcessId> Start(const launch::SpawnSpec& spec) override;
+  Status Write(ProcessId process, std::string_view line) override;
+  void CloseStdin(ProcessId process) override;
+  void Terminate(ProcessId process) override;
+  void Kill(ProcessId process) override;
+  int64_t Pid(ProcessId process) const override;
+  std::string Name(ProcessId process) const override;
+  Result<int> Poll(std::chrono::milliseconds timeout, Listener& listener) override;
+  size_t live() const override { return local_->live(); }
+  launch::Clock::time_point Now() const override { return local_->Now(); }
+
+ private:
+  class Adapter;
+  struct Step {
+    std::string log_path;  // the step's stderr: srun's and slurmstepd's words
+    std::chrono::milliseconds heartbeat_timeout{0};
+    bool started = false;  // printed its first line
+  };
+  SlurmProcessHost(launch::SlurmOptions options, std::unique_ptr<LocalProcessHost> local);
+  std::string EndDetail(const Step& step, const launch::ExitInfo& info) const;
+
+  launch::SlurmOptions options_;
+  bool in_allocation_ = false;
+  std::unique_ptr<LocalProcessHost> local_;
+  std::map<ProcessId, Step> steps_;
+};
+
+}  // namespace cohort::loop
