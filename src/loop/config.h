@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "launch/device.h"
-#include "model/member.h"
+#include "model/train_config.h"
 
 namespace cohort::loop {
 
