@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "store/import.h"
+#include "store/npy.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 #include "store/transaction.h"

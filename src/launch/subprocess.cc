@@ -16,13 +16,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/worker_protocol.h"
+
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
 
 namespace cohort::launch {
 
 namespace {
 
-constexpr std::string_view kEventPrefix = "@cohort ";
+// Event lines start with the worker protocol's prefix; the set only frames them.
+using protocol::kEventPrefix;
+
 // At most this many bytes are read from one child per Poll(), so a chatty child cannot starve
 // the others.
 constexpr size_t kReadBudgetPerPoll = size_t{1} << 20;
@@ -46,12 +50,11 @@ extern "C" void HandleSignal(int sig) {
 
 // Moves a close-on-exec descriptor above 2, so that a file action dup2(fd, 0..2) never meets
 // fd == target (which would leave the close-on-exec flag set in the child).
-Status MoveAboveStdio(int* fd) {
-  if (*fd > 2) return Status::OK();
-  int moved = ::fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+Status MoveAboveStdio(ScopedFd* fd) {
+  if (fd->get() > 2) return Status::OK();
+  int moved = ::fcntl(fd->get(), F_DUPFD_CLOEXEC, 3);
   if (moved < 0) return Status::FromErrno("fcntl(F_DUPFD_CLOEXEC)", errno);
-  ::close(*fd);
-  *fd = moved;
+  fd->reset(moved);
   return Status::OK();
 }
 
@@ -61,11 +64,6 @@ Status SetNonBlocking(int fd) {
     return Status::FromErrno("fcntl(O_NONBLOCK)", errno);
   }
   return Status::OK();
-}
-
-void CloseIfOpen(int* fd) {
-  if (*fd >= 0) ::close(*fd);
-  *fd = -1;
 }
 
 std::string Seconds(Clock::duration d) {
@@ -79,32 +77,39 @@ std::string SignalText(int sig) {
   return "signal " + std::to_string(sig) + (name != nullptr ? std::string(" (") + name + ")" : "");
 }
 
-// The environment for a child: the parent's, with `overrides` set on top.
-std::vector<std::string> BuildEnvironment(
-    const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::vector<std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    std::string_view name = text.substr(0, text.find('='));
-    bool overridden = std::any_of(overrides.begin(), overrides.end(),
-                                  [&](const auto& kv) { return kv.first == name; });
-    if (!overridden) env.emplace_back(text);
+// ---------------------------------------------------------------------------------------------
+// The steps of SubprocessSet::Spawn, in its order.
+
+// The spec's own mistakes, found before anything is created: a bad environment variable name,
+// a working directory that is missing or not a directory.
+Status CheckSpawnSpec(const SpawnSpec& spec, const std::string& what) {
+  for (const auto& [name, value] : spec.env) {
+    if (name.empty() || name.find('=') != std::string::npos) {
+      return Status::InvalidArgument(what + ": bad environment variable name \"" + name + "\"");
+    }
   }
-  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
-  return env;
+  if (!spec.cwd.empty()) {
+    struct stat st;
+    if (::stat(spec.cwd.c_str(), &st) != 0) {
+      return Status::FromErrno(what + ": working directory " + spec.cwd, errno);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return Status::InvalidArgument(what + ": working directory " + spec.cwd +
+                                     " is not a directory");
+    }
+  }
+  return Status::OK();
 }
 
-// posix_spawn's attributes and file actions, destroyed on every path out of Spawn().
-struct SpawnAttributes {
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_t actions;
-  bool attr_ok = false;
-  bool actions_ok = false;
-  ~SpawnAttributes() {
-    if (attr_ok) posix_spawnattr_destroy(&attr);
-    if (actions_ok) posix_spawn_file_actions_destroy(&actions);
+// The PATH the child searches: the one `spec.env` sets, else the controller's.
+std::string ChildSearchPath(const SpawnSpec& spec) {
+  std::string path_list = "/bin:/usr/bin";  // the C library's default when PATH is unset
+  if (const char* path = std::getenv("PATH"); path != nullptr) path_list = path;
+  for (const auto& [name, value] : spec.env) {
+    if (name == "PATH") path_list = value;
   }
-};
+  return path_list;
+}
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
@@ -136,6 +141,152 @@ Result<std::string> ResolveProgram(const std::string& program, const std::string
     path_list = path_list.substr(colon + 1);
   }
   return Status::NotFound(what + ": no executable \"" + program + "\" on PATH");
+}
+
+// The descriptors a child starts with. All are close-on-exec and above 2; the file actions
+// dup2 the child's ends onto its 0, 1 and 2, which clears the flag on those copies only. Our
+// ends are non-blocking, for the ppoll loop.
+struct ChildPipes {
+  ScopedFd stdin_read;    // the child's stdin
+  ScopedFd stdin_write;   // ours: commands go in here
+  ScopedFd stdout_read;   // ours: events and log lines come out here
+  ScopedFd stdout_write;  // the child's stdout
+  ScopedFd stderr_file;   // the child's stderr, when it goes to a file
+
+  // Once the child runs it holds its own copies; ours would keep its stdin from ever seeing
+  // end of file and our stdout reader from ever seeing it.
+  void CloseChildEnds() {
+    stdin_read.reset();
+    stdout_write.reset();
+    stderr_file.reset();
+  }
+};
+
+Result<ChildPipes> OpenChildPipes(const std::string& stderr_path, const std::string& what) {
+  ChildPipes pipes;
+  int stdin_pipe[2];
+  int stdout_pipe[2];
+  if (::pipe2(stdin_pipe, O_CLOEXEC) != 0) return Status::FromErrno(what + ": pipe2", errno);
+  pipes.stdin_read.reset(stdin_pipe[0]);
+  pipes.stdin_write.reset(stdin_pipe[1]);
+  if (::pipe2(stdout_pipe, O_CLOEXEC) != 0) return Status::FromErrno(what + ": pipe2", errno);
+  pipes.stdout_read.reset(stdout_pipe[0]);
+  pipes.stdout_write.reset(stdout_pipe[1]);
+  if (!stderr_path.empty()) {
+    pipes.stderr_file.reset(
+        ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!pipes.stderr_file.valid()) {
+      return Status::FromErrno(what + ": stderr file " + stderr_path, errno);
+    }
+  }
+  for (ScopedFd* fd : {&pipes.stdin_read, &pipes.stdin_write, &pipes.stdout_read,
+                       &pipes.stdout_write, &pipes.stderr_file}) {
+    if (!fd->valid()) continue;
+    if (Status s = MoveAboveStdio(fd); !s.ok()) return s.WithContext(what);
+  }
+  if (Status s = SetNonBlocking(pipes.stdin_write.get()); !s.ok()) return s.WithContext(what);
+  if (Status s = SetNonBlocking(pipes.stdout_read.get()); !s.ok()) return s.WithContext(what);
+  return pipes;
+}
+
+// posix_spawn's attributes and file actions, destroyed on every path out of Spawn().
+struct SpawnAttributes {
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_t actions;
+  bool attr_ok = false;
+  bool actions_ok = false;
+  SpawnAttributes() = default;
+  SpawnAttributes(const SpawnAttributes&) = delete;
+  SpawnAttributes& operator=(const SpawnAttributes&) = delete;
+  ~SpawnAttributes() {
+    if (attr_ok) posix_spawnattr_destroy(&attr);
+    if (actions_ok) posix_spawn_file_actions_destroy(&actions);
+  }
+
+  // A process group of its own, an empty signal mask and default dispositions for the signals
+  // the set handles, the pipes on 0, 1 (and 2), the working directory `cwd`, and no other
+  // descriptor. Returns 0 or an errno value.
+  int Init(const ChildPipes& pipes, const std::string& cwd) {
+    int err = posix_spawnattr_init(&attr);
+    attr_ok = err == 0;
+    if (err != 0) return err;
+    err = posix_spawn_file_actions_init(&actions);
+    actions_ok = err == 0;
+    if (err != 0) return err;
+    sigset_t empty;
+    sigemptyset(&empty);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD}) sigaddset(&defaults, sig);
+    short flags =  // NOLINT(google-runtime-int): posix_spawnattr_setflags takes a short
+        POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    if ((err = posix_spawnattr_setflags(&attr, flags)) == 0 &&
+        (err = posix_spawnattr_setpgroup(&attr, 0)) == 0 &&
+        (err = posix_spawnattr_setsigmask(&attr, &empty)) == 0 &&
+        (err = posix_spawnattr_setsigdefault(&attr, &defaults)) == 0 &&
+        (err = posix_spawn_file_actions_adddup2(&actions, pipes.stdin_read.get(), 0)) == 0 &&
+        (err = posix_spawn_file_actions_adddup2(&actions, pipes.stdout_write.get(), 1)) == 0 &&
+        pipes.stderr_file.valid()) {
+      err = posix_spawn_file_actions_adddup2(&actions, pipes.stderr_file.get(), 2);
+    }
+    if (err == 0 && !cwd.empty()) {
+      err = posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
+    }
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    // Our descriptors are close-on-exec already; this also keeps out any that a library (or
+    // whoever started the controller) left inheritable, such as a driver's device files.
+    if (err == 0) err = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
+    return err;
+  }
+};
+
+// The environment for a child: the parent's, with `overrides` set on top.
+std::vector<std::string> BuildEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    std::string_view name = text.substr(0, text.find('='));
+    bool overridden = std::any_of(overrides.begin(), overrides.end(),
+                                  [&](const auto& kv) { return kv.first == name; });
+    if (!overridden) env.emplace_back(text);
+  }
+  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
+  return env;
+}
+
+// The null-terminated array of pointers into `strings` that posix_spawn takes for argv and
+// envp; valid while `strings` lives unchanged.
+std::vector<char*> CStringArray(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Starts `executable` with `spec`'s argv and environment; the child's pid.
+Result<pid_t> StartChild(const std::string& executable, const SpawnSpec& spec,
+                         const SpawnAttributes& sa, const std::string& what) {
+  std::vector<std::string> env = BuildEnvironment(spec.env);
+  std::vector<std::string> args = spec.argv;
+  std::vector<char*> envp = CStringArray(env);
+  std::vector<char*> argv = CStringArray(args);
+  pid_t pid = -1;
+  // glibc runs the child with CLONE_VFORK and reports a failed exec here too (a race with the
+  // check in ResolveProgram, or a bad interpreter line); other implementations may let it
+  // exit 127.
+  int err = posix_spawn(&pid, executable.c_str(), &sa.actions, &sa.attr, argv.data(), envp.data());
+  if (err != 0) return Status::FromErrno(what, err);
+  return pid;
+}
+
+// "cohort-member[4242]": the program's file name and the pid, for messages.
+std::string ChildName(const std::string& program, pid_t pid) {
+  size_t slash = program.rfind('/');
+  return (slash == std::string::npos ? program : program.substr(slash + 1)) + "[" +
+         std::to_string(pid) + "]";
 }
 
 }  // namespace
@@ -183,19 +334,21 @@ std::string ExitInfo::ToString() const {
 // ---------------------------------------------------------------------------------------------
 // Subprocess
 
-Subprocess::Subprocess(SubprocessSet* set, pid_t pid, std::string name, int stdin_fd, int stdout_fd)
-    : set_(set), pid_(pid), name_(std::move(name)), stdin_fd_(stdin_fd), stdout_fd_(stdout_fd) {
+Subprocess::Subprocess(SubprocessSet* set, pid_t pid, std::string name, ScopedFd stdin_fd,
+                       ScopedFd stdout_fd)
+    : set_(set),
+      pid_(pid),
+      name_(std::move(name)),
+      stdin_fd_(std::move(stdin_fd)),
+      stdout_fd_(std::move(stdout_fd)) {
   start_time_ = Clock::now();
   last_output_time_ = start_time_;
 }
 
-Subprocess::~Subprocess() {
-  CloseIfOpen(&stdin_fd_);
-  CloseIfOpen(&stdout_fd_);
-}
+Subprocess::~Subprocess() = default;
 
 Status Subprocess::Write(std::string_view line) {
-  if (stdin_fd_ < 0 || close_stdin_after_flush_) {
+  if (!stdin_fd_.valid() || close_stdin_after_flush_) {
     return Status::IOError(name_ + ": write to stdin: stdin is closed");
   }
   bool needs_newline = line.empty() || line.back() != '\n';
@@ -214,8 +367,8 @@ Status Subprocess::Write(std::string_view line) {
 }
 
 Status Subprocess::FlushInput() {
-  while (stdin_fd_ >= 0 && pending_input() > 0) {
-    ssize_t n = ::write(stdin_fd_, pending_input_.data() + pending_offset_, pending_input());
+  while (stdin_fd_.valid() && pending_input() > 0) {
+    ssize_t n = ::write(stdin_fd_.get(), pending_input_.data() + pending_offset_, pending_input());
     if (n > 0) {
       pending_offset_ += static_cast<size_t>(n);
       continue;
@@ -243,12 +396,12 @@ void Subprocess::CloseStdin() {
 }
 
 void Subprocess::CloseStdinNow() {
-  CloseIfOpen(&stdin_fd_);
+  stdin_fd_.reset();
   pending_input_.clear();
   pending_offset_ = 0;
 }
 
-void Subprocess::CloseStdout() { CloseIfOpen(&stdout_fd_); }
+void Subprocess::CloseStdout() { stdout_fd_.reset(); }
 
 Status Subprocess::SignalGroup(int sig) {
   if (reaped_) return Status::OK();  // its pid may belong to someone else now
@@ -315,9 +468,9 @@ SubprocessSet::SubprocessSet(Options options)
 Status SubprocessSet::Init() {
   int wake[2];
   if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno("pipe2", errno);
-  wake_read_fd_ = wake[0];
-  wake_write_fd_ = wake[1];
-  g_wake_fd.store(wake_write_fd_);
+  wake_read_fd_.reset(wake[0]);
+  wake_write_fd_.reset(wake[1]);
+  g_wake_fd.store(wake_write_fd_.get());
 
   sigset_t block;
   sigemptyset(&block);
@@ -374,8 +527,8 @@ SubprocessSet::~SubprocessSet() {
     ::sigaction(SIGPIPE, &saved_->old_pipe, nullptr);
   }
   if (saved_->mask_set) pthread_sigmask(SIG_SETMASK, &saved_->old_mask, nullptr);
-  CloseIfOpen(&wake_read_fd_);
-  CloseIfOpen(&wake_write_fd_);
+  wake_read_fd_.reset();
+  wake_write_fd_.reset();
   if (initialized_) g_set_exists.store(false);
 }
 
@@ -387,135 +540,20 @@ Result<Subprocess*> SubprocessSet::Spawn(const SpawnSpec& spec) {
   }
   const std::string& program = spec.argv[0];
   const std::string what = "spawn " + program;
-  for (const auto& [name, value] : spec.env) {
-    if (name.empty() || name.find('=') != std::string::npos) {
-      return Status::InvalidArgument(what + ": bad environment variable name \"" + name + "\"");
-    }
-  }
-  if (!spec.cwd.empty()) {
-    struct stat st;
-    if (::stat(spec.cwd.c_str(), &st) != 0) {
-      return Status::FromErrno(what + ": working directory " + spec.cwd, errno);
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      return Status::InvalidArgument(what + ": working directory " + spec.cwd +
-                                     " is not a directory");
-    }
-  }
-  std::string path_list = "/bin:/usr/bin";  // the C library's default when PATH is unset
-  if (const char* path = std::getenv("PATH"); path != nullptr) path_list = path;
-  for (const auto& [name, value] : spec.env) {
-    if (name == "PATH") path_list = value;
-  }
+  COHORT_RETURN_IF_ERROR(CheckSpawnSpec(spec, what));
   COHORT_ASSIGN_OR_RETURN(std::string executable,
-                          ResolveProgram(program, spec.cwd, path_list, what));
-
-  // Descriptors: stdin[0] and stdout[1] go to the child, the others stay here. All are
-  // close-on-exec; dup2 onto 0/1/2 in the child clears the flag on those copies only.
-  int stdin_pipe[2] = {-1, -1};
-  int stdout_pipe[2] = {-1, -1};
-  int stderr_fd = -1;
-  auto close_all = [&] {
-    for (int* fd : {&stdin_pipe[0], &stdin_pipe[1], &stdout_pipe[0], &stdout_pipe[1], &stderr_fd}) {
-      CloseIfOpen(fd);
-    }
-  };
-  if (::pipe2(stdin_pipe, O_CLOEXEC) != 0 || ::pipe2(stdout_pipe, O_CLOEXEC) != 0) {
-    int err = errno;
-    close_all();
-    return Status::FromErrno(what + ": pipe2", err);
-  }
-  if (!spec.stderr_path.empty()) {
-    stderr_fd = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (stderr_fd < 0) {
-      int err = errno;
-      close_all();
-      return Status::FromErrno(what + ": stderr file " + spec.stderr_path, err);
-    }
-  }
-  for (int* fd : {&stdin_pipe[0], &stdin_pipe[1], &stdout_pipe[0], &stdout_pipe[1], &stderr_fd}) {
-    if (*fd < 0) continue;
-    if (Status s = MoveAboveStdio(fd); !s.ok()) {
-      close_all();
-      return s.WithContext(what);
-    }
-  }
-  if (Status s = SetNonBlocking(stdin_pipe[1]); !s.ok()) {
-    close_all();
-    return s.WithContext(what);
-  }
-  if (Status s = SetNonBlocking(stdout_pipe[0]); !s.ok()) {
-    close_all();
-    return s.WithContext(what);
-  }
-
+                          ResolveProgram(program, spec.cwd, ChildSearchPath(spec), what));
+  COHORT_ASSIGN_OR_RETURN(ChildPipes pipes, OpenChildPipes(spec.stderr_path, what));
   SpawnAttributes sa;
-  int err = posix_spawnattr_init(&sa.attr);
-  sa.attr_ok = err == 0;
-  if (err == 0) {
-    err = posix_spawn_file_actions_init(&sa.actions);
-    sa.actions_ok = err == 0;
-  }
-  if (err == 0) {
-    sigset_t empty;
-    sigemptyset(&empty);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD}) sigaddset(&defaults, sig);
-    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    if ((err = posix_spawnattr_setflags(&sa.attr, flags)) == 0 &&
-        (err = posix_spawnattr_setpgroup(&sa.attr, 0)) == 0 &&
-        (err = posix_spawnattr_setsigmask(&sa.attr, &empty)) == 0 &&
-        (err = posix_spawnattr_setsigdefault(&sa.attr, &defaults)) == 0 &&
-        (err = posix_spawn_file_actions_adddup2(&sa.actions, stdin_pipe[0], 0)) == 0 &&
-        (err = posix_spawn_file_actions_adddup2(&sa.actions, stdout_pipe[1], 1)) == 0 &&
-        stderr_fd >= 0) {
-      err = posix_spawn_file_actions_adddup2(&sa.actions, stderr_fd, 2);
-    }
-    if (err == 0 && !spec.cwd.empty()) {
-      err = posix_spawn_file_actions_addchdir_np(&sa.actions, spec.cwd.c_str());
-    }
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    // Our descriptors are close-on-exec already; this also keeps out any that a library (or
-    // whoever started the controller) left inheritable, such as a driver's device files.
-    if (err == 0) err = posix_spawn_file_actions_addclosefrom_np(&sa.actions, 3);
-#endif
-  }
-  if (err != 0) {
-    close_all();
+  if (int err = sa.Init(pipes, spec.cwd); err != 0) {
     return Status::FromErrno(what + ": posix_spawn setup", err);
   }
+  COHORT_ASSIGN_OR_RETURN(pid_t pid, StartChild(executable, spec, sa, what));
+  pipes.CloseChildEnds();
 
-  std::vector<std::string> env = BuildEnvironment(spec.env);
-  std::vector<char*> envp;
-  envp.reserve(env.size() + 1);
-  for (std::string& entry : env) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = spec.argv;
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
-  pid_t pid = -1;
-  // glibc runs the child with CLONE_VFORK and reports a failed exec here too (a race with the
-  // check above, or a bad interpreter line); other implementations may let it exit 127.
-  err = posix_spawn(&pid, executable.c_str(), &sa.actions, &sa.attr, argv.data(), envp.data());
-  if (err != 0) {
-    close_all();
-    return Status::FromErrno(what, err);
-  }
-
-  // The child holds its ends now.
-  CloseIfOpen(&stdin_pipe[0]);
-  CloseIfOpen(&stdout_pipe[1]);
-  CloseIfOpen(&stderr_fd);
-
-  size_t slash = program.rfind('/');
-  std::string name = (slash == std::string::npos ? program : program.substr(slash + 1)) + "[" +
-                     std::to_string(pid) + "]";
-  std::unique_ptr<Subprocess> child(
-      new Subprocess(this, pid, std::move(name), stdin_pipe[1], stdout_pipe[0]));
+  std::unique_ptr<Subprocess> child(new Subprocess(this, pid, ChildName(program, pid),
+                                                   std::move(pipes.stdin_write),
+                                                   std::move(pipes.stdout_read)));
   child->heartbeat_timeout_ = spec.heartbeat_timeout;
   child->wall_clock_limit_ = spec.wall_clock_limit;
   children_.push_back(std::move(child));
@@ -571,8 +609,8 @@ void SubprocessSet::AddOutput(Subprocess& child, const char* data, size_t size, 
 void SubprocessSet::ReadOutput(Subprocess& child, Handler& handler) {
   char buffer[65536];
   size_t budget = kReadBudgetPerPoll;
-  while (child.stdout_fd_ >= 0 && budget > 0) {
-    ssize_t n = ::read(child.stdout_fd_, buffer, sizeof(buffer));
+  while (child.stdout_fd_.valid() && budget > 0) {
+    ssize_t n = ::read(child.stdout_fd_.get(), buffer, sizeof(buffer));
     if (n > 0) {
       AddOutput(child, buffer, static_cast<size_t>(n), handler);
       budget -= std::min(budget, static_cast<size_t>(n));
@@ -738,16 +776,16 @@ Result<SubprocessSet::PollResult> SubprocessSet::Poll(std::chrono::milliseconds 
   Clock::time_point wake_at = timeout.count() < 0 ? Clock::time_point::max() : now + timeout;
   std::vector<pollfd> fds;
   std::vector<Subprocess*> owners;  // the child of each fds[i], nullptr for the wake pipe
-  fds.push_back({wake_read_fd_, POLLIN, 0});
+  fds.push_back({wake_read_fd_.get(), POLLIN, 0});
   owners.push_back(nullptr);
   for (auto& child : children_) {
     wake_at = std::min(wake_at, NextDeadline(*child));
-    if (child->stdout_fd_ >= 0) {
-      fds.push_back({child->stdout_fd_, POLLIN, 0});
+    if (child->stdout_fd_.valid()) {
+      fds.push_back({child->stdout_fd_.get(), POLLIN, 0});
       owners.push_back(child.get());
     }
-    if (child->stdin_fd_ >= 0 && child->pending_input() > 0) {
-      fds.push_back({child->stdin_fd_, POLLOUT, 0});
+    if (child->stdin_fd_.valid() && child->pending_input() > 0) {
+      fds.push_back({child->stdin_fd_.get(), POLLOUT, 0});
       owners.push_back(child.get());
     }
   }
@@ -768,7 +806,7 @@ Result<SubprocessSet::PollResult> SubprocessSet::Poll(std::chrono::milliseconds 
   if (ready < 0 && errno != EINTR) return Status::FromErrno("ppoll", errno);
 
   char drain[256];
-  while (::read(wake_read_fd_, drain, sizeof(drain)) > 0) {
+  while (::read(wake_read_fd_.get(), drain, sizeof(drain)) > 0) {
   }
 
   if (ready > 0) {

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/status.h"
 
 namespace cohort::launch {
@@ -124,7 +125,7 @@ class Subprocess {
   int exit_code() const { return exit_code_; }      // when kExited
   int term_signal() const { return term_signal_; }  // when kSignalled
   // The child's stdout has reached end of file (the child and all it started closed it).
-  bool stdout_eof() const { return stdout_fd_ < 0; }
+  bool stdout_eof() const { return !stdout_fd_.valid(); }
   Clock::time_point start_time() const { return start_time_; }
   // When the last complete stdout line arrived (the spawn time before the first).
   Clock::time_point last_output_time() const { return last_output_time_; }
@@ -138,7 +139,8 @@ class Subprocess {
 
  private:
   friend class SubprocessSet;
-  Subprocess(SubprocessSet* set, pid_t pid, std::string name, int stdin_fd, int stdout_fd);
+  Subprocess(SubprocessSet* set, pid_t pid, std::string name, ScopedFd stdin_fd,
+             ScopedFd stdout_fd);
 
   Status SignalGroup(int sig);
   // Notes an exit without reaping (waitid WNOWAIT): the zombie keeps the pid, and so the
@@ -153,8 +155,8 @@ class Subprocess {
   SubprocessSet* set_;
   pid_t pid_;
   std::string name_;
-  int stdin_fd_;
-  int stdout_fd_;
+  ScopedFd stdin_fd_;
+  ScopedFd stdout_fd_;
   std::string pending_input_;
   size_t pending_offset_ = 0;
   bool close_stdin_after_flush_ = false;
@@ -271,8 +273,8 @@ class SubprocessSet {
 
   Options options_;
   std::vector<std::unique_ptr<Subprocess>> children_;
-  int wake_read_fd_ = -1;
-  int wake_write_fd_ = -1;
+  ScopedFd wake_read_fd_;  // the self-pipe the signal handler writes to
+  ScopedFd wake_write_fd_;
   int interrupts_seen_ = 0;
   bool initialized_ = false;
   // The process state found at Create(), restored by the destructor.

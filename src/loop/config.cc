@@ -864,7 +864,7 @@ Result<LoopConfig> ParseLoopConfig(const std::string& text, const std::string& p
   return config;
 }
 
-Result<LoopConfig> LoadLoopConfig(const std::string& path) {
+Result<std::string> ReadLoopConfigText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
@@ -874,7 +874,12 @@ Result<LoopConfig> LoadLoopConfig(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return Status::IOError(path + ": read failed");
-  return ParseLoopConfig(text.str(), path);
+  return text.str();
+}
+
+Result<LoopConfig> LoadLoopConfig(const std::string& path) {
+  COHORT_ASSIGN_OR_RETURN(std::string text, ReadLoopConfigText(path));
+  return ParseLoopConfig(text, path);
 }
 
 nlohmann::json LoopConfigToJson(const LoopConfig& c) {

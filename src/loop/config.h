@@ -114,6 +114,9 @@ struct LoopConfig {
   FailureConfig failure;
 };
 
+// The text of the config file `path`; NotFound names a missing file.
+Result<std::string> ReadLoopConfigText(const std::string& path);
+
 // Reads and validates `path`. Relative paths in it (run_dir, store.source, a command oracle's
 // program when it contains a '/') are taken relative to the file's directory.
 Result<LoopConfig> LoadLoopConfig(const std::string& path);

@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "loop/display.h"
+#include "loop/process_host.h"
 
 namespace cohort::loop {
 
@@ -34,6 +35,8 @@ struct RunOptions {
   std::string member_binary;  // `cohort-member`, whose `worker` command the workers run
   FILE* out = stdout;
   DisplayOptions display;
+  // Where workers and scripts run; null: this machine (a LocalProcessHost the loop creates).
+  ProcessHost* host = nullptr;
 };
 
 enum class RunOutcome {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace cohort::loop {
 
@@ -151,6 +152,64 @@ void Display::Finish() {
   Erase();
   header_.clear();
   std::fflush(out_);
+}
+
+void DisplayProgress::AttemptStarted(const AttemptRef& a) {
+  MemberLine& line = display_->member(a.member);
+  MemberLine fresh;
+  fresh.name = line.name;
+  fresh.retries = line.retries;
+  line = std::move(fresh);
+  line.device = a.slot;
+  line.attempt = a.attempt;
+  line.state = MemberLine::State::kStarting;
+}
+
+void DisplayProgress::Training(const AttemptRef& a, const TrainingProgress& p) {
+  MemberLine& line = display_->member(a.member);
+  line.state = MemberLine::State::kTraining;
+  line.epoch = p.epoch;
+  line.epochs = p.epochs;
+  line.step = p.step;
+  line.steps = p.steps;
+  line.loss = p.loss;
+  line.samples_per_second = p.samples_per_second;
+  if (p.eta_s) line.eta_s = p.eta_s;
+}
+
+void DisplayProgress::Predicting(const AttemptRef& a) {
+  MemberLine& line = display_->member(a.member);
+  line.state = MemberLine::State::kPredicting;
+  line.eta_s.reset();
+}
+
+void DisplayProgress::AttemptDone(const AttemptRef& a, double seconds) {
+  MemberLine& line = display_->member(a.member);
+  line.state = MemberLine::State::kDone;
+  line.note = "in " + FormatDuration(seconds);
+}
+
+void DisplayProgress::AttemptFailed(const AttemptRef& a, const std::string& why,
+                                    AfterFailure after) {
+  MemberLine& line = display_->member(a.member);
+  line.retries += 1;
+  switch (after) {
+    case AfterFailure::kStopped:
+      line.state = MemberLine::State::kFailed;
+      line.note = why;
+      break;
+    case AfterFailure::kRetrying:
+      line.state = MemberLine::State::kQueued;
+      display_->Note(fmt::format("round {}: {} attempt {} on {} failed: {}; retrying", a.round,
+                                 a.member_name, a.attempt, a.slot, why));
+      break;
+    case AfterFailure::kNoRetriesLeft:
+      line.state = MemberLine::State::kFailed;
+      line.note = why;
+      display_->Note(fmt::format("round {}: {} attempt {} on {} failed: {}; no retries left",
+                                 a.round, a.member_name, a.attempt, a.slot, why));
+      break;
+  }
 }
 
 }  // namespace cohort::loop

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "loop/progress.h"
+
 namespace cohort::loop {
 
 // What the display knows about one member in the current round.
@@ -83,6 +85,23 @@ class Display {
   int drawn_lines_ = 0;
   std::chrono::steady_clock::time_point last_draw_{};
   std::chrono::steady_clock::time_point last_plain_{};
+};
+
+// The Display as the scheduler's progress observer: member lines and notes.
+class DisplayProgress : public ProgressObserver {
+ public:
+  explicit DisplayProgress(Display* display) : display_(display) {}
+  void AttemptStarted(const AttemptRef& attempt) override;
+  void Training(const AttemptRef& attempt, const TrainingProgress& progress) override;
+  void Predicting(const AttemptRef& attempt) override;
+  void AttemptDone(const AttemptRef& attempt, double seconds) override;
+  void AttemptFailed(const AttemptRef& attempt, const std::string& why,
+                     AfterFailure after) override;
+  void Note(const std::string& line) override { display_->Note(line); }
+  void Tick(bool force) override { display_->Refresh(force); }
+
+ private:
+  Display* display_;
 };
 
 // "1m05s", "2h03m", "42s".

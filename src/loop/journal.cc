@@ -3,9 +3,10 @@
 #include <sqlite3.h>
 
 #include <cmath>
+#include <string>
 #include <utility>
 
-#include "store/manifest.h"  // NowIso8601
+#include "common/time_text.h"
 
 namespace cohort::loop {
 
@@ -14,7 +15,8 @@ namespace {
 constexpr const char* kRunStatusNames[] = {"running", "finished", "failed", "stopped"};
 constexpr const char* kRoundStatusNames[] = {"training",   "predicting", "acquiring", "labelling",
                                              "committing", "done",       "failed"};
-constexpr const char* kAttemptStatusNames[] = {"running", "done", "failed", "killed"};
+constexpr const char* kAttemptStatusNames[] = {"running", "done", "failed", "killed",
+                                               "interrupted"};
 
 template <typename E, std::size_t N>
 bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
@@ -27,8 +29,30 @@ bool ParseEnum(const char* const (&names)[N], std::string_view text, E* out) {
   return false;
 }
 
-// The schema of version 1. docs/journal.md documents every column; keep the two in step.
-constexpr const char* kSchemaV1 = R"sql(
+// The attempts table's columns, shared by the schema and the upgrade that rebuilds it.
+constexpr const char* kAttemptsColumns = R"sql((
+  id               INTEGER PRIMARY KEY,
+  run_id           INTEGER NOT NULL,
+  round            INTEGER NOT NULL,
+  member           TEXT NOT NULL,
+  attempt          INTEGER NOT NULL,
+  device           TEXT NOT NULL,
+  pid              INTEGER,
+  status           TEXT NOT NULL
+                   CHECK (status IN ('running', 'done', 'failed', 'killed', 'interrupted')),
+  exit             TEXT,
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
+  checkpoint       TEXT,
+  log_path         TEXT,
+  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+  UNIQUE (run_id, round, member, attempt),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+))sql";
+
+// The schema (version 2). docs/journal.md documents every column; keep the two in step.
+constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
   name               TEXT NOT NULL UNIQUE,
@@ -64,25 +88,7 @@ CREATE TABLE rounds (
   error             TEXT,
   PRIMARY KEY (run_id, round)
 );
-CREATE TABLE attempts (
-  id               INTEGER PRIMARY KEY,
-  run_id           INTEGER NOT NULL,
-  round            INTEGER NOT NULL,
-  member           TEXT NOT NULL,
-  attempt          INTEGER NOT NULL,
-  device           TEXT NOT NULL,
-  pid              INTEGER,
-  status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'killed')),
-  exit             TEXT,
-  started_at       TEXT NOT NULL,
-  ended_at         TEXT,
-  metrics_json     TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
-  checkpoint       TEXT,
-  log_path         TEXT,
-  predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
-  UNIQUE (run_id, round, member, attempt),
-  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
-);
+CREATE TABLE attempts {attempts};
 CREATE TABLE epochs (
   attempt_id   INTEGER NOT NULL REFERENCES attempts(id),
   epoch        INTEGER NOT NULL,
@@ -113,6 +119,29 @@ CREATE TABLE acquisitions (
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 );
 )sql";
+
+// Version 2 added the attempt status 'interrupted' (an attempt the controller's own stop
+// ended: not the member's failure, so a resume does not count it against its retries).
+// Version 1 journalled those as 'killed', told apart only by their exit text; the upgrade
+// reads that text once. SQLite cannot change a CHECK in place: the table is rebuilt (with
+// foreign keys off, so the epochs pointing at its rows are left alone).
+constexpr const char* kMigrateV1ToV2Template = R"sql(
+CREATE TABLE attempts_v2 {attempts};
+INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
+  CASE WHEN status = 'killed' AND (exit LIKE 'interrupted%' OR exit LIKE 'the controller%')
+       THEN 'interrupted' ELSE status END,
+  exit, started_at, ended_at, metrics_json, checkpoint, log_path, predictions_json
+  FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v2 RENAME TO attempts;
+)sql";
+
+// `sql` with its {attempts} replaced by the attempts table's columns.
+std::string WithAttemptsColumns(std::string sql) {
+  const std::string marker = "{attempts}";
+  sql.replace(sql.find(marker), marker.size(), kAttemptsColumns);
+  return sql;
+}
 
 // The column list every round reader selects, in the order ReadRound expects.
 #define COHORT_ROUND_COLUMNS                                                                \
@@ -305,9 +334,14 @@ Status Journal::Init(const JournalOptions& options) {
     }
   }
   COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous=FULL"));
-  COHORT_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
+  // Create (or upgrade) the schema once; another process may be doing the same, so check under
+  // the lock. Foreign keys are enforced from the end of this step on: an upgrade rebuilds a
+  // table other tables point at.
+  COHORT_RETURN_IF_ERROR(CreateOrUpgradeSchema());
+  return Exec("PRAGMA foreign_keys=ON", "enable foreign keys");
+}
 
-  // Create the schema once; another process may be doing the same, so check under the lock.
+Status Journal::CreateOrUpgradeSchema() {
   Txn txn(this);
   COHORT_RETURN_IF_ERROR(txn.Begin("create the schema"));
   int64_t version = 0;
@@ -322,7 +356,7 @@ Status Journal::Init(const JournalOptions& options) {
                                    std::to_string(kJournalSchemaVersion));
   }
   if (version == kJournalSchemaVersion) return txn.Commit();
-  {
+  if (version == 0) {
     COHORT_STMT_(count, "SELECT count(*) FROM sqlite_schema", "inspect the database");
     COHORT_ASSIGN_OR_RETURN(bool row, count.Step());
     if (row && count.ColInt(0) != 0) {
@@ -331,8 +365,13 @@ Status Journal::Init(const JournalOptions& options) {
                                      "(tables present, user_version 0)");
     }
   }
-  COHORT_RETURN_IF_ERROR(Exec(kSchemaV1, "create the schema"));
-  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=1", "set the schema version"));
+  if (version == 1) {
+    COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kMigrateV1ToV2Template).c_str(),
+                                "upgrade the journal from schema version 1"));
+  } else {
+    COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
+  }
+  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=2", "set the schema version"));
   return txn.Commit();
 }
 
@@ -352,7 +391,7 @@ Result<int64_t> Journal::StartRun(const RunStart& run) {
   st.Text(3, run.config_fingerprint);
   st.Text(4, run.source_store);
   st.Int(5, static_cast<int64_t>(run.source_generation));
-  st.Text(6, store::NowIso8601());
+  st.Text(6, NowIso8601());
   COHORT_RETURN_IF_ERROR(st.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
   COHORT_RETURN_IF_ERROR(txn.Commit());
@@ -391,7 +430,7 @@ Status Journal::SetRunStatus(int64_t run_id, RunStatus status) {
   COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
   COHORT_STMT_(st, "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?", purpose);
   st.Text(1, RunStatusName(status));
-  st.TextOrNull(2, status == RunStatus::kRunning ? std::string() : store::NowIso8601());
+  st.TextOrNull(2, status == RunStatus::kRunning ? std::string() : NowIso8601());
   st.Int(3, run_id);
   COHORT_RETURN_IF_ERROR(st.Run());
   if (sqlite3_changes(db_) == 0) {
@@ -433,7 +472,7 @@ Status Journal::BeginRound(int64_t run_id, int64_t round, uint64_t input_generat
   st.Int(1, run_id);
   st.Int(2, round);
   st.Int(3, static_cast<int64_t>(input_generation));
-  st.Text(4, store::NowIso8601());
+  st.Text(4, NowIso8601());
   COHORT_RETURN_IF_ERROR(st.Run());
   return txn.Commit();
 }
@@ -458,7 +497,7 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
       "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, error = NULL "
       "WHERE run_id = ? AND round = ?",
       "finish round", [&](Stmt& st) {
-        st.Text(1, store::NowIso8601());
+        st.Text(1, NowIso8601());
         st.Int(2, static_cast<int64_t>(o.output_generation));
         st.Int(3, o.labels_total);
         st.Real(4, o.timings.train_s);
@@ -480,7 +519,7 @@ Status Journal::FailRound(int64_t run_id, int64_t round, const std::string& erro
       run_id, round,
       "UPDATE rounds SET status = 'failed', ended_at = ?, error = ? WHERE run_id = ? AND round = ?",
       "fail round", [&](Stmt& st) {
-        st.Text(1, store::NowIso8601());
+        st.Text(1, NowIso8601());
         st.Text(2, error);
         return 2;
       });
@@ -503,7 +542,7 @@ Result<int64_t> Journal::BeginAttempt(const AttemptStart& a) {
   st.Int(4, a.attempt);
   st.Text(5, a.device);
   if (a.pid != 0) st.Int(6, a.pid);
-  st.Text(7, store::NowIso8601());
+  st.Text(7, NowIso8601());
   st.TextOrNull(8, a.log_path);
   COHORT_RETURN_IF_ERROR(st.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
@@ -537,7 +576,7 @@ Status Journal::FinishAttempt(int64_t attempt_id, const AttemptEnd& end) {
                purpose);
   st.Text(1, AttemptStatusName(end.status));
   st.TextOrNull(2, end.exit);
-  st.Text(3, store::NowIso8601());
+  st.Text(3, NowIso8601());
   st.TextOrNull(4, end.metrics_json);
   st.TextOrNull(5, end.checkpoint);
   st.TextOrNull(6, end.predictions_json);

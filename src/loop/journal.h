@@ -41,7 +41,7 @@ struct sqlite3_stmt;
 namespace cohort::loop {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-inline constexpr int kJournalSchemaVersion = 1;
+inline constexpr int kJournalSchemaVersion = 2;
 
 enum class RunStatus { kRunning, kFinished, kFailed, kStopped };
 enum class RoundStatus {
@@ -53,7 +53,10 @@ enum class RoundStatus {
   kDone,
   kFailed
 };
-enum class AttemptStatus { kRunning, kDone, kFailed, kKilled };
+// kFailed and kKilled are the member's failures (it erred, crashed, hung or overran) and count
+// against its retries; kInterrupted is an attempt the controller's own stop ended (Ctrl-C
+// twice, a controller error, the controller's death), which does not.
+enum class AttemptStatus { kRunning, kDone, kFailed, kKilled, kInterrupted };
 
 // The text stored in the database ("running", "labelling", "killed", ...).
 std::string_view RunStatusName(RunStatus s);
@@ -246,6 +249,7 @@ class Journal {
   class Txn;
   Journal(std::string path, sqlite3* db);
 
+  Status CreateOrUpgradeSchema();
   Status Init(const JournalOptions& options);
   Status Exec(const char* sql, const char* purpose);
   // A prepared statement for `sql`, compiled on first use and kept for the Journal's life.

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -534,6 +535,68 @@ TEST(JournalTest, ChildKilledDuringBatchedWritesKeepsWholeBatches) {
   }
   EXPECT_EQ(QueryOne(path, "PRAGMA integrity_check"), "ok");
   EXPECT_TRUE(j->AddEpochs(attempt, {{100000, 1, {}, {}, 0, 0}}).ok());
+}
+
+}  // namespace
+}  // namespace cohort::loop
+
+namespace cohort::loop {
+namespace {
+
+// A version-1 journal (attempts could not be 'interrupted'; the controller's own stops were
+// 'killed' told apart by their exit text) is upgraded in place when opened.
+TEST(JournalTest, UpgradesSchemaVersion1) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    int64_t run = *j->StartRun(SampleRun());
+    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const char* to_v1 = R"sql(
+    PRAGMA foreign_keys = OFF;
+    DROP TABLE attempts;
+    CREATE TABLE attempts (
+      id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, round INTEGER NOT NULL,
+      member TEXT NOT NULL, attempt INTEGER NOT NULL, device TEXT NOT NULL, pid INTEGER,
+      status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'killed')),
+      exit TEXT, started_at TEXT NOT NULL, ended_at TEXT,
+      metrics_json TEXT CHECK (metrics_json IS NULL OR json_valid(metrics_json)),
+      checkpoint TEXT, log_path TEXT,
+      predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+      UNIQUE (run_id, round, member, attempt),
+      FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round));
+    INSERT INTO attempts (id, run_id, round, member, attempt, device, status, exit, started_at)
+      VALUES (1, 1, 0, 'a', 1, 'cpu:0', 'killed', 'worker killed: no output (heartbeat)', 'x'),
+             (2, 1, 0, 'a', 2, 'cpu:0', 'killed', 'interrupted (Ctrl-C)', 'x'),
+             (3, 1, 0, 'b', 1, 'cpu:1', 'killed', 'the controller stopped during this attempt', 'x'),
+             (4, 1, 0, 'c', 1, 'cpu:1', 'failed', 'worker exited with status 1', 'x');
+    INSERT INTO epochs (attempt_id, epoch, train_loss) VALUES (1, 1, 0.5);
+    PRAGMA user_version = 1;
+  )sql";
+  ASSERT_EQ(sqlite3_exec(raw, to_v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  auto j = MustOpen(path);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), "2");
+  auto attempts = j->AttemptsOfRound(1, 0);
+  ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
+  std::map<std::string, AttemptStatus> status;
+  for (const AttemptRecord& a : *attempts) status[a.member + std::to_string(a.attempt)] = a.status;
+  EXPECT_EQ(status["a1"], AttemptStatus::kKilled);
+  EXPECT_EQ(status["a2"], AttemptStatus::kInterrupted);
+  EXPECT_EQ(status["b1"], AttemptStatus::kInterrupted);
+  EXPECT_EQ(status["c1"], AttemptStatus::kFailed);
+  EXPECT_EQ(j->EpochsOf(1)->size(), 1u);  // the epochs still point at their attempt
+  // The new status can be written.
+  AttemptStart start{1, 0, "d", 1, "cpu:0", 0, ""};
+  int64_t id = *j->BeginAttempt(start);
+  AttemptEnd end;
+  end.status = AttemptStatus::kInterrupted;
+  end.exit = "interrupted (Ctrl-C)";
+  EXPECT_TRUE(j->FinishAttempt(id, end).ok());
 }
 
 }  // namespace

@@ -3,12 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <span>
 #include <system_error>
 
+#include "common/file_util.h"
 #include "store/store.h"
 
 namespace cohort::loop {
@@ -71,20 +72,18 @@ std::string RunPaths::AttemptDir(const std::string& member, int64_t round, int a
   return "members/" + member + buf;
 }
 
+std::string RunPaths::WorkerLog(const std::string& device, int slot, int number) {
+  std::string name = device;
+  std::replace(name.begin(), name.end(), ':', '-');
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%d-%04d.log", slot, number);
+  return "workers/" + name + buf;
+}
+
 std::string RunPaths::OracleDir(int64_t round) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "oracle/round-%04lld", static_cast<long long>(round));
   return buf;
-}
-
-Status WriteFileAtomically(store::Env* env, const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  COHORT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
-  COHORT_RETURN_IF_ERROR(file->Append(std::as_bytes(std::span(text.data(), text.size()))));
-  COHORT_RETURN_IF_ERROR(file->Sync());
-  COHORT_RETURN_IF_ERROR(file->Close());
-  COHORT_RETURN_IF_ERROR(env->RenameFile(tmp, path));
-  return env->SyncDir(fs::path(path).parent_path().string());
 }
 
 Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_text,
@@ -170,21 +169,17 @@ Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_t
 
 std::optional<int64_t> RunLockHolder(const std::string& run_dir) {
   std::string path = run_dir + "/lock";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
   struct flock f {};
   f.l_type = F_WRLCK;
   f.l_whence = SEEK_SET;
-  int rc = ::fcntl(fd, F_OFD_GETLK, &f);
-  if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, F_GETLK, &f);
-  std::optional<int64_t> holder;
-  if (rc == 0 && f.l_type != F_UNLCK) {
-    char buf[32] = {};
-    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    holder = n > 0 ? std::atoll(buf) : -1;
-  }
-  ::close(fd);
-  return holder;
+  int rc = ::fcntl(fd.get(), F_OFD_GETLK, &f);
+  if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd.get(), F_GETLK, &f);
+  if (rc != 0 || f.l_type == F_UNLCK) return std::nullopt;
+  char buf[32] = {};
+  ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
+  return n > 0 ? std::atoll(buf) : -1;
 }
 
 }  // namespace cohort::loop

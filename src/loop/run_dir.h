@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "loop/config.h"
@@ -42,6 +43,13 @@ struct RunPaths {
   std::string workers() const { return root + "/workers"; }
   // "members/NAME/round-0003/attempt-1", relative to root.
   static std::string AttemptDir(const std::string& member, int64_t round, int attempt);
+  // A file of an attempt (a protocol::file name), relative to root like `attempt_dir`.
+  static std::string AttemptFile(const std::string& attempt_dir, std::string_view name) {
+    return attempt_dir + "/" + std::string(name);
+  }
+  // "workers/cpu-0-1-0007.log": the stderr log of the 7th worker process started in this run
+  // directory, on slot 1 of device cpu:0; relative to root.
+  static std::string WorkerLog(const std::string& device, int slot, int number);
   // "oracle/round-0003", relative to root.
   static std::string OracleDir(int64_t round);
   std::string Absolute(const std::string& relative) const { return root + "/" + relative; }
@@ -69,8 +77,8 @@ Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_t
 // is not running). Does not take the lock.
 std::optional<int64_t> RunLockHolder(const std::string& run_dir);
 
-// Writes `text` to `path` durably and atomically: path.tmp, fsync, rename, fsync of the
-// directory.
-Status WriteFileAtomically(store::Env* env, const std::string& path, const std::string& text);
+// The run's files (loop.toml, members' specs) are written durably and atomically through the
+// store's Env, by the store's one implementation: path.tmp, fsync, rename, fsync of the directory.
+using store::WriteFileAtomically;
 
 }  // namespace cohort::loop

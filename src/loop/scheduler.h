@@ -19,14 +19,22 @@
 // status Aborted. The journal records every attempt's start (with its pid) before the worker
 // gets the command, and its end, so a controller killed at any point can be resumed.
 //
-// Thread-safety: one Scheduler per process (it owns the process's launch::SubprocessSet),
-// used by the controller thread only.
+// The Scheduler starts and stops processes through a ProcessHost (local, or a fake in unit
+// tests) and measures time by the host's clock; it reports progress to a ProgressObserver and
+// never draws anything itself. The worker protocol's commands and events are worker_client.h's,
+// the outside-script contract is script_member.h's; this file keeps the slots, the queue and
+// the attempts.
+//
+// Thread-safety: used by the controller thread only; the host and observer must outlive it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +42,9 @@
 #include "launch/device.h"
 #include "launch/subprocess.h"
 #include "loop/config.h"
-#include "loop/display.h"
 #include "loop/journal.h"
+#include "loop/process_host.h"
+#include "loop/progress.h"
 #include "loop/run_dir.h"
 
 namespace cohort::loop {
@@ -48,7 +57,10 @@ struct SchedulerOptions {
   std::string member_binary;  // the `cohort-member` executable
   std::chrono::milliseconds heartbeat_timeout{60000};
   std::chrono::milliseconds attempt_timeout{0};  // 0: none
+  // How long KillAll waits for killed processes to be reported, beyond the host's grace.
   std::chrono::milliseconds kill_grace{5000};
+  // How often RunRound polls when nothing happens (display refresh, deadlines).
+  std::chrono::milliseconds poll_interval{250};
 };
 
 // One member to train this round.
@@ -85,17 +97,20 @@ class Scheduler {
  public:
   static Result<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
                                                    const RunPaths& paths, Journal* journal,
-                                                   int64_t run_id, Display* display);
+                                                   int64_t run_id, ProcessHost* host,
+                                                   ProgressObserver* observer);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Runs `tasks` for `round` on `generation` until each member is done or out of attempts.
   // `results` is indexed like the config's members; members without a task keep theirs.
-  // Aborted after a second interrupt (workers killed, attempts journalled as killed).
-  Status RunRound(int64_t round, uint64_t generation, const LoopConfig& config,
-                  std::vector<MemberTask> tasks, std::vector<MemberResult>* results,
-                  PhaseStats* stats);
+  // `pool_rows` and `test_rows` are the tables' sizes at `generation` (a script's prediction
+  // files are checked against them). Aborted after a second interrupt (workers killed,
+  // attempts journalled as interrupted).
+  Status RunRound(int64_t round, uint64_t generation, const LoopConfig& config, uint64_t pool_rows,
+                  uint64_t test_rows, std::vector<MemberTask> tasks,
+                  std::vector<MemberResult>* results, PhaseStats* stats);
 
   // Runs one outside program to completion (the command oracle) while the workers keep being
   // served. Aborted after a second interrupt (the program is killed).
@@ -113,30 +128,45 @@ class Scheduler {
  private:
   struct Slot;
   struct Attempt;
-  class Handler;
+  class Listener;
   Scheduler(SchedulerOptions options, RunPaths paths, Journal* journal, int64_t run_id,
-            Display* display);
+            ProcessHost* host, ProgressObserver* observer);
 
+  Slot* WorkerSlot(ProcessId process);
+  Slot* ScriptSlot(ProcessId process);
+  AttemptRef RefOf(const Slot& slot) const;
+  void StartQueuedAttempts();
   Status StartAttempt(Slot& slot, MemberTask task);
+  // Journals the slot's attempt as started (its id is the journal's) and reports it.
+  Status JournalStart(Slot& slot, int64_t pid, const std::string& log_path);
+  Status StartNativeAttempt(Slot& slot);
   Status StartScript(Slot& slot);
-  void ScriptExited(Slot& slot, const launch::ExitInfo& info);
-  // Empty when the attempt's prediction files are sound, else what is wrong with them.
-  std::string CheckPredictions(const Attempt& attempt) const;
   Status SpawnWorker(Slot& slot);
   Status SendNext(Slot& slot);
+  // The worker protocol's events, for a slot's worker or a script attempt.
+  void OnWorkerEvent(Slot& slot, const nlohmann::json& event);
+  void OnScriptEvent(Slot& slot, nlohmann::json event);
+  void OnWorkerExit(Slot& slot, const launch::ExitInfo& info);
+  void OnScriptExit(Slot& slot, const launch::ExitInfo& info);
+  void ShowProgress(const Slot& slot, const nlohmann::json& event);
+  void RecordEpochs(const Attempt& attempt);
   // Ends the slot's attempt; requeues its task when it failed and has attempts left.
   void EndAttempt(Slot& slot, AttemptStatus status, const std::string& exit);
+  void RecordResult(const Attempt& attempt, AttemptStatus status, const std::string& exit,
+                    launch::Clock::time_point now, AttemptEnd* end);
   void CopyAttemptLog(const Slot& slot, const Attempt& attempt);
+  void AppendLog(const std::string& path, std::string_view line);
   Status PollOnce(std::chrono::milliseconds timeout);
   void CheckDeadlines();
   void KillAll(const std::string& why);
+  double SecondsSince(launch::Clock::time_point t) const;
 
   SchedulerOptions options_;
   RunPaths paths_;
   Journal* journal_;
   int64_t run_id_;
-  Display* display_;
-  std::unique_ptr<launch::SubprocessSet> set_;
+  ProcessHost* host_;
+  ProgressObserver* observer_;
   std::vector<std::unique_ptr<Slot>> slots_;
   int interrupts_ = 0;
   int worker_logs_ = 0;          // worker processes started, for unique log names
@@ -153,9 +183,13 @@ class Scheduler {
   uint64_t pool_rows_ = 0;
   uint64_t test_rows_ = 0;
 
-  // RunProgram's child, while it runs.
-  launch::Subprocess* program_ = nullptr;
+  // RunProgram's child, while it runs, and where its stdout goes.
+  std::optional<ProcessId> program_;
+  std::string program_log_;
   std::optional<launch::ExitInfo> program_exit_;
+
+  // Log files kept open across lines (closed when the round's attempt ends).
+  std::map<std::string, std::unique_ptr<std::FILE, int (*)(std::FILE*)>> open_logs_;
 };
 
 }  // namespace cohort::loop

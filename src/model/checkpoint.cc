@@ -1,11 +1,12 @@
 #include "model/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+
+#include "common/file_util.h"
 
 namespace cohort::model {
 
@@ -17,26 +18,6 @@ std::string FirstLine(const std::string& text) {
   while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
   return line;
 }
-
-namespace {
-
-Status SyncFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open " + path, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::FromErrno("fsync " + path, err);
-  return Status::OK();
-}
-
-std::string DirOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-}  // namespace
 
 Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
                       torch::optim::Optimizer* optimizer) {
@@ -59,20 +40,12 @@ Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& 
     archive.save_to(tmp);
     return Status::OK();
   });
-  if (st.ok()) st = SyncFile(tmp);
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    st = Status::FromErrno("rename " + tmp + " to " + path, errno);
-  }
   if (!st.ok()) {
     std::remove(tmp.c_str());
     return st;
   }
-  int fd = ::open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  return Status::OK();
+  // libtorch writes to a path, not to a descriptor we hold: the temp file is synced by name.
+  return PublishFile(tmp, path);
 }
 
 Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const torch::Device& device) {

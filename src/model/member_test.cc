@@ -13,6 +13,7 @@
 #include <random>
 
 #include "store/import.h"
+#include "store/npy.h"
 #include "store/store.h"
 #include "store/transaction.h"
 

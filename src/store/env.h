@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -77,5 +78,13 @@ class Env {
 
 // Joins a directory and a file name with one '/'.
 std::string JoinPath(const std::string& dir, const std::string& name);
+
+// Writes `contents` to `path` durably and atomically through `env`: to path + ".tmp", Sync,
+// Close, RenameFile over `path`, SyncDir of its directory. After a crash `path` holds its old
+// content or the whole new one; after an error the temp file may be left behind, for the next
+// write to replace. The one such writer for everything that writes through an Env (the
+// store's CURRENT and manifests, the loop's run files); common/file_util.h has the same steps
+// for code outside any Env.
+Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents);
 
 }  // namespace cohort::store

@@ -10,54 +10,28 @@
 #include <mutex>
 #include <set>
 
+#include "common/file_util.h"
 #include "store/env.h"
 
 namespace cohort::store {
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  if (dir.back() == '/') return dir + name;
-  return dir + "/" + name;
-}
-
 namespace {
-
-Status WriteAll(int fd, const std::byte* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("write " + path, errno);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::OK();
-}
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixWritableFile() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  PosixWritableFile(std::string path, ScopedFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   Status Append(std::span<const std::byte> data) override {
-    return WriteAll(fd_, data.data(), data.size(), path_);
+    return WriteAll(fd_.get(), data, path_);
   }
   Status Sync() override {
-    if (::fdatasync(fd_) != 0) return Status::FromErrno("fsync " + path_, errno);
+    if (::fdatasync(fd_.get()) != 0) return Status::FromErrno("fsync " + path_, errno);
     return Status::OK();
   }
-  Status Close() override {
-    int fd = fd_;
-    fd_ = -1;
-    if (fd >= 0 && ::close(fd) != 0) return Status::FromErrno("close " + path_, errno);
-    return Status::OK();
-  }
+  Status Close() override { return fd_.Close(path_); }
 
  private:
   std::string path_;
-  int fd_;
+  ScopedFd fd_;
 };
 
 class PosixMappedFile final : public MappedFile {
@@ -104,65 +78,41 @@ LockTable& Locks() {
 
 class PosixFileLock final : public FileLock {
  public:
-  PosixFileLock(std::string key, int fd) : key_(std::move(key)), fd_(fd) {}
+  PosixFileLock(std::string key, ScopedFd fd) : key_(std::move(key)), fd_(std::move(fd)) {}
   ~PosixFileLock() override {
-    ::close(fd_);  // releases the lock (both kinds: this was the only descriptor)
+    fd_.reset();  // releases the lock (both kinds: this was the only descriptor)
     Locks().Remove(key_);
   }
 
  private:
   std::string key_;
-  int fd_;
+  ScopedFd fd_;
 };
 
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::FromErrno("create " + path, errno);
-    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+    ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return Status::FromErrno("create " + path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, std::move(fd)));
   }
 
   Result<std::string> ReadFileToString(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno("open " + path, errno);
-    std::string out;
-    char buf[1 << 16];
-    for (;;) {
-      ssize_t r = ::read(fd, buf, sizeof(buf));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        return Status::FromErrno("read " + path, err);
-      }
-      if (r == 0) break;
-      out.append(buf, static_cast<size_t>(r));
-    }
-    ::close(fd);
-    return out;
+    return cohort::ReadFileToString(path);
   }
 
   Result<std::shared_ptr<const MappedFile>> MapReadOnly(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno("open " + path, errno);
+    ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno("open " + path, errno);
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno("stat " + path, err);
-    }
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
     size_t size = static_cast<size_t>(st.st_size);
     void* addr = nullptr;
     if (size > 0) {
-      addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-      if (addr == MAP_FAILED) {
-        int err = errno;
-        ::close(fd);
-        return Status::FromErrno("mmap " + path, err);
-      }
+      addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (addr == MAP_FAILED) return Status::FromErrno("mmap " + path, errno);
     }
-    ::close(fd);  // the mapping keeps the file alive
+    // Closing the descriptor on return is fine: the mapping keeps the file alive.
     return std::shared_ptr<const MappedFile>(new PosixMappedFile(path, addr, size));
   }
 
@@ -218,44 +168,31 @@ class PosixEnv final : public Env {
     return dst->Close();
   }
 
-  Status SyncDir(const std::string& dir) override {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno("open directory " + dir, errno);
-    int rc = ::fsync(fd);
-    int err = errno;
-    ::close(fd);
-    if (rc != 0) return Status::FromErrno("fsync directory " + dir, err);
-    return Status::OK();
-  }
+  Status SyncDir(const std::string& dir) override { return cohort::SyncDir(dir); }
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::FromErrno("open lock file " + path, errno);
+    ScopedFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!fd.valid()) return Status::FromErrno("open lock file " + path, errno);
     // Open-file-description locks belong to this open file, not to the process, so a second
     // lock from this process through another spelling of the path conflicts too; the table
     // keyed by inode covers kernels without them.
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno("stat " + path, err);
-    }
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
     std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
     if (!Locks().Insert(key)) {
-      ::close(fd);
       return Status::Busy(path + " is held by another writer in this process");
     }
     struct flock f {};
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
-    int rc = ::fcntl(fd, F_OFD_SETLK, &f);
-    if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, F_SETLK, &f);
+    int rc = ::fcntl(fd.get(), F_OFD_SETLK, &f);
+    if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd.get(), F_SETLK, &f);
     if (rc != 0) {
       int err = errno;
       char buf[32] = {};
-      ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
       std::string holder = n > 0 ? std::string(" (pid ") + std::string(buf, n) + ")" : "";
-      ::close(fd);
+      fd.reset();
       Locks().Remove(key);
       if (err == EACCES || err == EAGAIN) {
         return Status::Busy(path + " is held by another writer" + holder);
@@ -264,8 +201,8 @@ class PosixEnv final : public Env {
     }
     // Record the holder for the message a second writer gets; advisory only.
     std::string pid = std::to_string(::getpid());
-    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
-    return std::unique_ptr<FileLock>(new PosixFileLock(key, fd));
+    if (::ftruncate(fd.get(), 0) == 0) (void)!::pwrite(fd.get(), pid.data(), pid.size(), 0);
+    return std::unique_ptr<FileLock>(new PosixFileLock(key, std::move(fd)));
   }
 };
 

@@ -5,6 +5,8 @@
 #include <system_error>
 #include <utility>
 
+#include "common/file_util.h"
+
 namespace cohort::store {
 
 namespace fs = std::filesystem;
@@ -16,12 +18,6 @@ std::string Normalize(const std::string& path) {
   std::string out = fs::path(path).lexically_normal().string();
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   return out.empty() ? "." : out;
-}
-
-// The directory holding `path` (already normalized).
-std::string DirOf(const std::string& normalized_path) {
-  std::string parent = fs::path(normalized_path).parent_path().string();
-  return parent.empty() ? "." : parent;
 }
 
 Status FromErrorCode(const std::string& what, const std::error_code& ec) {
@@ -151,7 +147,7 @@ Status FaultInjectionEnv::BeginStepLocked(const FaultSite& site) {
 
 void FaultInjectionEnv::NoteCreatedLocked(const std::string& path) {
   std::string normalized = Normalize(path);
-  created_[DirOf(normalized)].insert(normalized);
+  created_[ParentDir(normalized)].insert(normalized);
 }
 
 Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const std::string& path) {
@@ -224,7 +220,7 @@ Status FaultInjectionEnv::RemoveFile(const std::string& path) {
   COHORT_RETURN_IF_ERROR(base_->RemoveFile(path));
   std::string normalized = Normalize(path);
   files_.erase(normalized);
-  auto dir = created_.find(DirOf(normalized));
+  auto dir = created_.find(ParentDir(normalized));
   if (dir != created_.end()) dir->second.erase(normalized);
   return Status::OK();
 }
@@ -270,7 +266,7 @@ Status FaultInjectionEnv::SyncDir(const std::string& dir) {
   }
   std::string normalized = Normalize(dir);
   created_.erase(normalized);
-  std::erase_if(renames_, [&](const PendingRename& r) { return DirOf(r.to) == normalized; });
+  std::erase_if(renames_, [&](const PendingRename& r) { return ParentDir(r.to) == normalized; });
   return Status::OK();
 }
 

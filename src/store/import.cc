@@ -1,7 +1,6 @@
 #include "store/import.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -22,27 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
+
 namespace cohort::store {
 
 namespace {
 
 constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 40;
-
-// Closes a file descriptor on scope exit unless released.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // The byte size of an array of `shape` with elements of `elem` bytes; false on overflow.
 bool CheckedBytes(std::span<const uint64_t> shape, uint64_t elem, uint64_t* bytes) {
@@ -90,48 +75,6 @@ std::string Hex(uint8_t b) {
   char buf[8];
   std::snprintf(buf, sizeof(buf), "0x%02X", static_cast<unsigned>(b));
   return buf;
-}
-
-Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("write " + path, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::OK();
-}
-
-Result<std::string> ReadFileToString(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return Status::FromErrno("open " + path, errno);
-  std::string out;
-  struct stat st;
-  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) {
-    out.reserve(static_cast<size_t>(st.st_size));
-  }
-  char buf[1 << 16];
-  while (true) {
-    ssize_t r = ::read(fd.get(), buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("read " + path, errno);
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  return out;
-}
-
-std::string ParentDir(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -448,12 +391,190 @@ std::string ListColumns(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < kMaxListed; i++) {
     if (i > 0) s += ", ";
-    s += "'" + Excerpt(names[i]) + "'";
+    s += '\'';
+    s += Excerpt(names[i]);
+    s += '\'';
   }
   if (names.size() > kMaxListed) {
     s += ", ... (" + std::to_string(names.size()) + " columns)";
   }
   return s;
+}
+
+// The steps of ReadCsvDataset, in its order: options, lines, header and columns, rows, arrays.
+
+Status CheckCsvOptions(const std::string& path, const CsvOptions& options) {
+  const char delim = options.delimiter;
+  if (delim == '"' || delim == '\n' || delim == '\r' || delim == '\0') {
+    return Status::InvalidArgument(path + ": unusable CSV delimiter " +
+                                   Hex(static_cast<uint8_t>(delim)));
+  }
+  if (options.label_column.empty()) {
+    return Status::InvalidArgument(path + ": no label column name given");
+  }
+  return Status::OK();
+}
+
+// The non-blank lines of a CSV text without their line ends, numbered for messages. A UTF-8
+// byte-order mark before the first line is skipped.
+class CsvLines {
+ public:
+  CsvLines(const std::string& path, std::string_view text) : path_(path), text_(text) {
+    if (text_.starts_with("\xEF\xBB\xBF")) text_.remove_prefix(3);
+  }
+
+  bool Next(std::string_view* line) {
+    while (pos_ < text_.size()) {
+      size_t nl = text_.find('\n', pos_);
+      if (nl == std::string_view::npos) nl = text_.size();
+      std::string_view l = text_.substr(pos_, nl - pos_);
+      pos_ = nl + 1;
+      line_no_++;
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (!IsBlank(l)) {
+        *line = l;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // "data.csv:12", naming the line Next() returned last.
+  std::string Where() const { return path_ + ":" + std::to_string(line_no_); }
+
+ private:
+  const std::string& path_;
+  std::string_view text_;
+  size_t pos_ = 0;
+  uint64_t line_no_ = 0;
+};
+
+// The header's column names and which of them is the label; every other column is a feature.
+struct CsvColumns {
+  std::vector<std::string> names;
+  size_t label = 0;
+  uint64_t features() const { return names.size() - 1; }
+};
+
+// The one column named `label_column`; there must be a feature column besides it.
+Result<size_t> FindLabelColumn(const std::vector<std::string>& names,
+                               const std::string& label_column, const std::string& path) {
+  size_t label = names.size();
+  size_t matches = 0;
+  for (size_t c = 0; c < names.size(); c++) {
+    if (names[c] == label_column) {
+      label = c;
+      matches++;
+    }
+  }
+  if (matches == 0) {
+    return Status::InvalidArgument(path + ": no column named '" + label_column +
+                                   "' (columns: " + ListColumns(names) + ")");
+  }
+  if (matches > 1) {
+    return Status::InvalidArgument(path + ": column name '" + label_column + "' appears " +
+                                   std::to_string(matches) + " times in the header");
+  }
+  if (names.size() < 2) {
+    return Status::InvalidArgument(path + ": no feature columns besides the label column '" +
+                                   label_column + "'");
+  }
+  return label;
+}
+
+Result<CsvColumns> ReadCsvHeader(CsvLines* lines, const std::string& path,
+                                 const CsvOptions& options) {
+  std::string_view line;
+  if (!lines->Next(&line)) {
+    return Status::InvalidArgument(path +
+                                   ": empty file, expected a header line naming the "
+                                   "columns");
+  }
+  CsvColumns columns;
+  if (!SplitFields(line, options.delimiter, &columns.names)) {
+    return Status::InvalidArgument(lines->Where() +
+                                   ": header: unterminated or malformed quoted name");
+  }
+  COHORT_ASSIGN_OR_RETURN(columns.label,
+                          FindLabelColumn(columns.names, options.label_column, path));
+  return columns;
+}
+
+// The parsed values of the data rows so far.
+struct CsvValues {
+  std::vector<float> features;  // row after row, CsvColumns::features() per row
+  std::vector<LabelValue> labels;
+};
+
+// One label value: any finite number, integral for classes; a non-integral one must fit in
+// float32, the type vector labels are stored as.
+Status ParseCsvLabel(std::string_view text, const std::string& column, CsvOptions::LabelType type,
+                     const CsvLines& lines, LabelValue* out) {
+  ParseError err = ParseLabel(text, out);
+  if (err != ParseError::kOk) return ValueError(lines.Where(), column, text, err);
+  if (type == CsvOptions::LabelType::kClass && !out->integral) {
+    return Status::InvalidArgument(lines.Where() + ": column '" + column + "': '" + Excerpt(text) +
+                                   "' is not an integer; class labels must be integral");
+  }
+  if (type != CsvOptions::LabelType::kClass && !out->integral &&
+      std::isinf(static_cast<float>(out->value))) {
+    return ValueError(lines.Where(), column, text, ParseError::kOutOfRange);
+  }
+  return Status::OK();
+}
+
+// Adds one data row, already split into `fields`, to `values`.
+Status AddCsvRow(const std::vector<std::string>& fields, const CsvColumns& columns,
+                 CsvOptions::LabelType type, const CsvLines& lines, CsvValues* values) {
+  const size_t ncols = columns.names.size();
+  if (fields.size() != ncols) {
+    return Status::InvalidArgument(lines.Where() + ": expected " + std::to_string(ncols) +
+                                   " fields, found " + std::to_string(fields.size()));
+  }
+  for (size_t c = 0; c < ncols; c++) {
+    if (c == columns.label) {
+      LabelValue v;
+      COHORT_RETURN_IF_ERROR(ParseCsvLabel(fields[c], columns.names[c], type, lines, &v));
+      values->labels.push_back(v);
+    } else {
+      float f = 0;
+      ParseError err = ParseFloat32(fields[c], &f);
+      if (err != ParseError::kOk)
+        return ValueError(lines.Where(), columns.names[c], fields[c], err);
+      values->features.push_back(f);
+    }
+  }
+  return Status::OK();
+}
+
+// Float32 features of shape (rows, feature columns).
+HostArray CsvFeatureArray(const CsvValues& values, const CsvColumns& columns) {
+  HostArray x(Dtype::kFloat32, {values.labels.size(), columns.features()});
+  std::memcpy(x.data.data(), values.features.data(), values.features.size() * sizeof(float));
+  return x;
+}
+
+// Int64 classes of shape (n,), or float32 targets of shape (n, 1); kAuto picks classes when
+// every value is integral.
+HostArray CsvLabelArray(const std::vector<LabelValue>& labels, CsvOptions::LabelType type) {
+  const uint64_t n = labels.size();
+  bool classes = type == CsvOptions::LabelType::kClass;
+  if (type == CsvOptions::LabelType::kAuto) {
+    classes =
+        std::all_of(labels.begin(), labels.end(), [](const LabelValue& v) { return v.integral; });
+  }
+  if (classes) {
+    HostArray y(Dtype::kInt64, {n});
+    for (uint64_t i = 0; i < n; i++) StoreAt<int64_t>(&y, i, labels[i].integer);
+    return y;
+  }
+  HostArray y(Dtype::kFloat32, {n, 1});
+  for (uint64_t i = 0; i < n; i++) {
+    // Non-integral values were range-checked while parsing.
+    const LabelValue& v = labels[i];
+    StoreAt<float>(&y, i, v.integral ? static_cast<float>(v.integer) : static_cast<float>(v.value));
+  }
+  return y;
 }
 
 }  // namespace
@@ -539,34 +660,6 @@ Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images
   return std::make_pair(std::move(x), std::move(y));
 }
 
-Result<HostArray> ReadNpyFile(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return Status::FromErrno("open " + path, errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* addr = nullptr;
-  if (size > 0) {
-    addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (addr == MAP_FAILED) return Status::FromErrno("mmap " + path, errno);
-  }
-  struct Unmap {
-    void* addr;
-    size_t size;
-    ~Unmap() {
-      if (addr != nullptr) ::munmap(addr, size);
-    }
-  } unmap{addr, size};
-
-  std::span<const std::byte> file(static_cast<const std::byte*>(addr), addr != nullptr ? size : 0);
-  COHORT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(file, path));
-  const uint64_t bytes = header.data_bytes();  // ParseNpyHeader checked the file is exactly this
-  HostArray out(header.dtype, header.shape);
-  if (bytes > 0) std::memcpy(out.data.data(), file.data() + header.data_offset, bytes);
-  return out;
-}
-
 Status WriteNpyFile(const std::string& path, const HostArray& array) {
   COHORT_RETURN_IF_ERROR(CheckConsistent(array, path));
   const std::string header = EncodeNpyHeader(array.dtype, array.shape);
@@ -575,25 +668,8 @@ Status WriteNpyFile(const std::string& path, const HostArray& array) {
     return Status::InvalidArgument(path + ": shape " + ShapeToString(array.shape) +
                                    " is too long for a .npy version 1.0 header");
   }
-  const std::string tmp = path + ".tmp";
-  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return Status::FromErrno("open " + tmp, errno);
-  Status s = WriteAll(fd.get(), header.data(), header.size(), tmp);
-  if (s.ok()) s = WriteAll(fd.get(), array.data.data(), array.data.size(), tmp);
-  if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
-  if (s.ok() && ::close(fd.release()) != 0) s = Status::FromErrno("close " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Status::FromErrno("rename " + tmp + " to " + path, errno);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  const std::string dir = ParentDir(path);
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() < 0) return Status::FromErrno("open " + dir, errno);
-  if (::fsync(dfd.get()) != 0) return Status::FromErrno("fsync " + dir, errno);
-  return Status::OK();
+  return WriteFileAtomically(
+      path, {std::as_bytes(std::span<const char>(header.data(), header.size())), array.data});
 }
 
 Result<HostArray> ToStoreFeatures(HostArray a, const std::string& what) {
@@ -659,131 +735,24 @@ Result<HostArray> ToVectorLabels(HostArray a, const std::string& what) {
 
 Result<std::pair<HostArray, HostArray>> ReadCsvDataset(const std::string& path,
                                                        const CsvOptions& options) {
-  using LabelType = CsvOptions::LabelType;
-  const char delim = options.delimiter;
-  if (delim == '"' || delim == '\n' || delim == '\r' || delim == '\0') {
-    return Status::InvalidArgument(path + ": unusable CSV delimiter " +
-                                   Hex(static_cast<uint8_t>(delim)));
-  }
-  if (options.label_column.empty()) {
-    return Status::InvalidArgument(path + ": no label column name given");
-  }
+  COHORT_RETURN_IF_ERROR(CheckCsvOptions(path, options));
   COHORT_ASSIGN_OR_RETURN(std::string content, ReadFileToString(path));
-  std::string_view text = content;
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte-order mark
-
-  size_t pos = 0;
-  uint64_t line_no = 0;
-  // The next line without its '\n' (and '\r'), skipping blank lines.
-  auto next_line = [&](std::string_view* line) {
-    while (pos < text.size()) {
-      size_t nl = text.find('\n', pos);
-      if (nl == std::string_view::npos) nl = text.size();
-      std::string_view l = text.substr(pos, nl - pos);
-      pos = nl + 1;
-      line_no++;
-      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-      if (!IsBlank(l)) {
-        *line = l;
-        return true;
-      }
-    }
-    return false;
-  };
-  auto where = [&] { return path + ":" + std::to_string(line_no); };
-
+  CsvLines lines(path, content);
+  COHORT_ASSIGN_OR_RETURN(CsvColumns columns, ReadCsvHeader(&lines, path, options));
+  CsvValues values;
+  std::vector<std::string> fields;  // reused across rows
   std::string_view line;
-  if (!next_line(&line)) {
-    return Status::InvalidArgument(path +
-                                   ": empty file, expected a header line naming the "
-                                   "columns");
-  }
-  std::vector<std::string> names;
-  if (!SplitFields(line, delim, &names)) {
-    return Status::InvalidArgument(where() + ": header: unterminated or malformed quoted name");
-  }
-  const size_t ncols = names.size();
-  size_t label_col = ncols;
-  size_t matches = 0;
-  for (size_t c = 0; c < ncols; c++) {
-    if (names[c] == options.label_column) {
-      label_col = c;
-      matches++;
+  while (lines.Next(&line)) {
+    if (!SplitFields(line, options.delimiter, &fields)) {
+      return Status::InvalidArgument(lines.Where() + ": unterminated or malformed quoted field");
     }
+    COHORT_RETURN_IF_ERROR(AddCsvRow(fields, columns, options.label_type, lines, &values));
   }
-  if (matches == 0) {
-    return Status::InvalidArgument(path + ": no column named '" + options.label_column +
-                                   "' (columns: " + ListColumns(names) + ")");
+  if (values.labels.empty()) {
+    return Status::InvalidArgument(path + ": no data rows after the header");
   }
-  if (matches > 1) {
-    return Status::InvalidArgument(path + ": column name '" + options.label_column + "' appears " +
-                                   std::to_string(matches) + " times in the header");
-  }
-  if (ncols < 2) {
-    return Status::InvalidArgument(path + ": no feature columns besides the label column '" +
-                                   options.label_column + "'");
-  }
-  const uint64_t nfeat = ncols - 1;
-
-  std::vector<float> features;
-  std::vector<LabelValue> labels;
-  std::vector<std::string> fields;
-  while (next_line(&line)) {
-    if (!SplitFields(line, delim, &fields)) {
-      return Status::InvalidArgument(where() + ": unterminated or malformed quoted field");
-    }
-    if (fields.size() != ncols) {
-      return Status::InvalidArgument(where() + ": expected " + std::to_string(ncols) +
-                                     " fields, found " + std::to_string(fields.size()));
-    }
-    for (size_t c = 0; c < ncols; c++) {
-      if (c == label_col) {
-        LabelValue v;
-        ParseError err = ParseLabel(fields[c], &v);
-        if (err != ParseError::kOk) return ValueError(where(), names[c], fields[c], err);
-        if (options.label_type == LabelType::kClass && !v.integral) {
-          return Status::InvalidArgument(where() + ": column '" + names[c] + "': '" +
-                                         Excerpt(fields[c]) +
-                                         "' is not an integer; class labels must be integral");
-        }
-        if (options.label_type != LabelType::kClass && !v.integral &&
-            std::isinf(static_cast<float>(v.value))) {
-          return ValueError(where(), names[c], fields[c], ParseError::kOutOfRange);
-        }
-        labels.push_back(v);
-      } else {
-        float f = 0;
-        ParseError err = ParseFloat32(fields[c], &f);
-        if (err != ParseError::kOk) return ValueError(where(), names[c], fields[c], err);
-        features.push_back(f);
-      }
-    }
-  }
-  const uint64_t n = labels.size();
-  if (n == 0) return Status::InvalidArgument(path + ": no data rows after the header");
-
-  HostArray x(Dtype::kFloat32, {n, nfeat});
-  std::memcpy(x.data.data(), features.data(), features.size() * sizeof(float));
-
-  bool classes = options.label_type == LabelType::kClass;
-  if (options.label_type == LabelType::kAuto) {
-    classes =
-        std::all_of(labels.begin(), labels.end(), [](const LabelValue& v) { return v.integral; });
-  }
-  HostArray y;
-  if (classes) {
-    y = HostArray(Dtype::kInt64, {n});
-    for (uint64_t i = 0; i < n; i++) StoreAt<int64_t>(&y, i, labels[i].integer);
-  } else {
-    y = HostArray(Dtype::kFloat32, {n, 1});
-    for (uint64_t i = 0; i < n; i++) {
-      // Non-integral values were range-checked while parsing.
-      const LabelValue& v = labels[i];
-      StoreAt<float>(&y, i,
-                     v.integral ? static_cast<float>(v.integer) : static_cast<float>(v.value));
-    }
-  }
-  return std::make_pair(std::move(x), std::move(y));
+  return std::make_pair(CsvFeatureArray(values, columns),
+                        CsvLabelArray(values.labels, options.label_type));
 }
 
 }  // namespace cohort::store

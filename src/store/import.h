@@ -1,7 +1,7 @@
 // Importers and exporters between files users bring and the HostArrays the store accepts:
-// MNIST-style IDX files (plain or gzip), numpy .npy files, and CSV tables with a header
-// row; plus WriteNpyFile, which `cohort data export` uses, and the conversions that bring
-// any numeric array to the dtypes and shapes a TableSchema allows.
+// MNIST-style IDX files (plain or gzip) and CSV tables with a header row (numpy .npy files
+// are read by ReadNpyFile in store/npy.h); plus WriteNpyFile, which `cohort data export` uses, and
+// the conversions that bring any numeric array to the dtypes and shapes a TableSchema allows.
 //
 // Every function reads or writes whole files in memory and returns a Status whose message
 // is one line naming the file (and the line and column for CSV). Malformed binary files
@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "store/host_array.h"
+#include "store/npy.h"  // ReadNpyFile, which lived here once; some callers still include this
 
 namespace cohort::store {
 
@@ -35,10 +36,6 @@ Result<HostArray> ReadIdxFile(const std::string& path);
 // (n, 28, 28)) and labels as int64 classes of shape (n,). The sample counts must match.
 Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images,
                                                        const std::string& labels);
-
-// Reads a whole .npy file (format version 1.0, 2.0 or 3.0; C order; little-endian or
-// byte-order-free dtypes). Bytes after the array data are rejected.
-Result<HostArray> ReadNpyFile(const std::string& path);
 
 // Writes `array` as a version 1.0 .npy file: to path + ".tmp" first, fsync'd, then renamed
 // over `path` and the directory fsync'd, so `path` holds either its old content or the

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "store/npy.h"
+
 namespace cohort::store {
 namespace {
 

@@ -3,10 +3,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <ctime>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -167,19 +165,6 @@ uint32_t Crc32(std::string_view data, uint32_t crc) {
   return Crc32(std::as_bytes(std::span<const char>(data.data(), data.size())), crc);
 }
 
-std::string NowIso8601() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
-}
-
 std::string EncodeManifest(const Manifest& m) {
   json j;
   j["format"] = "cohort-store";
@@ -324,27 +309,13 @@ Result<uint64_t> ReadCurrent(Env* env, const std::string& dir) {
   return *gen;
 }
 
-namespace {
-Status WriteFileAtomically(Env* env, const std::string& dir, const std::string& name,
-                           std::string_view contents) {
-  std::string tmp = JoinPath(dir, name + ".tmp");
-  COHORT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
-  COHORT_RETURN_IF_ERROR(file->Append(contents));
-  COHORT_RETURN_IF_ERROR(file->Sync());
-  COHORT_RETURN_IF_ERROR(file->Close());
-  return env->RenameFile(tmp, JoinPath(dir, name));
-}
-}  // namespace
-
 Status WriteCurrent(Env* env, const std::string& dir, uint64_t generation) {
   std::string name = "gen-" + Padded(generation);
-  COHORT_RETURN_IF_ERROR(
-      WriteFileAtomically(env, dir, "CURRENT", name + " " + Hex8(Crc32(name)) + "\n"));
-  return env->SyncDir(dir);
+  return WriteFileAtomically(env, JoinPath(dir, "CURRENT"), name + " " + Hex8(Crc32(name)) + "\n");
 }
 
 Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest) {
-  return WriteFileAtomically(env, dir, ManifestFileName(manifest.generation),
+  return WriteFileAtomically(env, JoinPath(dir, ManifestFileName(manifest.generation)),
                              EncodeManifest(manifest));
 }
 

@@ -102,7 +102,6 @@ bool IsUncommittedFile(std::string_view name, uint64_t current, uint64_t next_se
 
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc = 0);
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);
-std::string NowIso8601();
 
 // The manifest text with its "#crc32=" trailer.
 std::string EncodeManifest(const Manifest& manifest);
@@ -114,7 +113,8 @@ Result<Manifest> ReadManifest(Env* env, const std::string& dir, uint64_t generat
 Result<uint64_t> ReadCurrent(Env* env, const std::string& dir);
 // Writes CURRENT.tmp, syncs it, renames it over CURRENT, syncs the directory.
 Status WriteCurrent(Env* env, const std::string& dir, uint64_t generation);
-// Writes gen-N.json via a synced temp file and a rename (the directory is synced by the caller).
+// Writes gen-N.json via a synced temp file and a rename, then syncs the directory, which makes
+// every file created in it before (the generation's segments and rows files) durable too.
 Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest);
 // Generations that have a manifest file in `dir`, ascending.
 Result<std::vector<uint64_t>> ListManifestGenerations(Env* env, const std::string& dir);

@@ -1,6 +1,14 @@
 #include "store/npy.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
+
+#include "common/file_util.h"
+#include "store/host_array.h"
 
 namespace cohort::store {
 
@@ -185,6 +193,34 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
                std::to_string(bytes) + " data bytes, file has " +
                std::to_string(file.size() - out.data_offset));
   }
+  return out;
+}
+
+Result<HostArray> ReadNpyFile(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* addr = nullptr;
+  if (size > 0) {
+    addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (addr == MAP_FAILED) return Status::FromErrno("mmap " + path, errno);
+  }
+  struct Unmap {
+    void* addr;
+    size_t size;
+    ~Unmap() {
+      if (addr != nullptr) ::munmap(addr, size);
+    }
+  } unmap{addr, size};
+
+  std::span<const std::byte> file(static_cast<const std::byte*>(addr), addr != nullptr ? size : 0);
+  COHORT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(file, path));
+  const uint64_t bytes = header.data_bytes();  // ParseNpyHeader checked the file is exactly this
+  HostArray out(header.dtype, header.shape);
+  if (bytes > 0) std::memcpy(out.data.data(), file.data() + header.data_offset, bytes);
   return out;
 }
 

@@ -4,8 +4,10 @@
 // header length, an ASCII Python-dict header padded with spaces to a multiple of 64 bytes
 // and ended by '\n', then the raw C-order array data. We write v1.0 and read v1.0, 2.0 and
 // 3.0 headers (2.0/3.0 have a uint32 header length), little-endian or byte-order-free types.
+// ReadNpyFile reads a whole file from outside the store (not through an Env); the store maps
+// its own .npy files through its Env and parses them with ParseNpyHeader.
 //
-// Thread-safety: pure functions.
+// Thread-safety: pure functions, and ReadNpyFile, which has no shared state.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,8 @@
 #include "common/status.h"
 
 namespace cohort::store {
+
+struct HostArray;  // store/host_array.h, which includes this header for Dtype
 
 enum class Dtype { kUint8, kInt64, kUint64, kFloat32, kFloat64, kInt32 };
 
@@ -50,5 +54,10 @@ std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_s
 
 // Shape as Python tuple text, "(n, 28, 28)" or "(7,)", for headers and messages.
 std::string ShapeToString(std::span<const uint64_t> shape);
+
+// Reads a whole .npy file (format version 1.0, 2.0 or 3.0; C order; little-endian or
+// byte-order-free dtypes). Bytes after the array data are rejected. Include
+// store/host_array.h to use the result.
+Result<HostArray> ReadNpyFile(const std::string& path);
 
 }  // namespace cohort::store

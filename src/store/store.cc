@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/file_util.h"
+#include "common/time_text.h"
 #include "store/snapshot.h"
 
 namespace cohort::store {
@@ -16,14 +18,6 @@ std::string AbsolutePath(const std::string& path) {
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf) != nullptr) return buf;
   return path;
-}
-
-std::string ParentDir(const std::string& dir) {
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
-  size_t slash = d.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : d.substr(0, slash);
 }
 
 // Creates `dir` if missing (durably: the parent directory is synced) and takes its writer
@@ -73,8 +67,7 @@ Result<std::unique_ptr<FileLock>> PrepareEmptyDir(Env* env, const std::string& d
 }
 
 Status CommitFirstGeneration(Env* env, const std::string& dir, const Manifest& m) {
-  COHORT_RETURN_IF_ERROR(WriteManifest(env, dir, m));
-  COHORT_RETURN_IF_ERROR(env->SyncDir(dir));
+  COHORT_RETURN_IF_ERROR(WriteManifest(env, dir, m));  // syncs the directory: the files are durable
   return WriteCurrent(env, dir, m.generation);
 }
 

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/time_text.h"
+
 namespace cohort::store {
 
 struct Transaction::TableState {
@@ -461,9 +463,9 @@ Result<uint64_t> Transaction::Commit(const std::string& note, CommitOptions opti
   written_ = std::move(kept);
   written_.push_back(JoinPath(dir_, ManifestFileName(m.generation) + ".tmp"));
   written_.push_back(JoinPath(dir_, ManifestFileName(m.generation)));
+  // WriteManifest syncs the directory: the entries of every new file become durable there,
+  // before CURRENT can name them.
   COHORT_RETURN_IF_ERROR(WriteManifest(env_, dir_, m));
-  // Entries of every new file become durable here, before CURRENT can name them.
-  COHORT_RETURN_IF_ERROR(env_->SyncDir(dir_));
   // From the rename of CURRENT on, the new generation may be the store's truth: never delete
   // its files, even if what follows fails. The next writer sorts out what is referenced.
   committed_ = true;

@@ -31,8 +31,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/status.h"
+#include "common/worker_protocol.h"
 #include "launch/device.h"
 #include "model/config_json.h"
 #include "model/member.h"
@@ -80,18 +82,15 @@ class Channel {
   explicit Channel(int fd) : fd_(fd) {}
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
-  ~Channel() {
-    if (fd_ >= 0) ::close(fd_);
-  }
 
   // Writes "@cohort {json}\n" whole; false once the controller is gone (the pipe broke).
   bool Emit(const Event& event) {
-    std::string line = "@cohort " + Dump(event) + "\n";
+    std::string line = std::string(protocol::kEventPrefix) + Dump(event) + "\n";
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_.load()) return false;
     size_t done = 0;
     while (done < line.size()) {
-      ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      ssize_t n = ::write(fd_.get(), line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         broken_.store(true);
@@ -105,7 +104,7 @@ class Channel {
   bool broken() const { return broken_.load(); }
 
  private:
-  int fd_;
+  ScopedFd fd_;
   std::mutex mu_;
   std::atomic<bool> broken_{false};
 };
@@ -186,7 +185,7 @@ void HeartbeatLoop(Shared* shared, Channel* channel, double interval_s) {
   std::unique_lock<std::mutex> lock(shared->mu);
   for (;;) {
     if (shared->cv.wait_for(lock, interval, [&] { return shared->stopping; })) return;
-    Event event = {{"ev", "heartbeat"}, {"busy", nullptr}};
+    Event event = {{"ev", protocol::ev::kHeartbeat}, {"busy", nullptr}};
     if (!shared->busy_op.empty()) event["busy"] = shared->busy_op;
     if (!shared->busy_id.is_null()) event["id"] = shared->busy_id;
     lock.unlock();
@@ -334,26 +333,27 @@ class Worker {
     } else {
       op_ = it->get<std::string>();
     }
-    if (auto it = cmd.find("version"); it != cmd.end() && *it != json(kProtocolVersion)) {
+    if (auto it = cmd.find("version"); it != cmd.end() && *it != json(protocol::kVersion)) {
       Error("protocol version " + JsonForMessage(*it) + " is not supported (this worker speaks " +
-            std::to_string(kProtocolVersion) + ")");
+            std::to_string(protocol::kVersion) + ")");
       return true;
     }
-    if (op_ == "shutdown") {
-      Event bye = {{"ev", "bye"}};
+    if (op_ == protocol::op::kShutdown) {
+      Event bye = {{"ev", protocol::ev::kBye}};
       if (!id_.is_null()) bye["id"] = id_;
       channel_->Emit(bye);
       return false;
     }
     Status status;
-    if (op_ == "train" || op_ == "predict" || op_ == "evaluate") {
+    if (op_ == protocol::op::kTrain || op_ == protocol::op::kPredict ||
+        op_ == protocol::op::kEvaluate) {
       SetBusy(op_);
       const auto start = Clock::now();
       Log(op_ + (id_.is_null() ? std::string() : " " + Dump(id_)) + ": started");
       try {
-        if (op_ == "train") status = Train(cmd);
-        if (op_ == "predict") status = Predict(cmd);
-        if (op_ == "evaluate") status = Evaluate(cmd);
+        if (op_ == protocol::op::kTrain) status = Train(cmd);
+        if (op_ == protocol::op::kPredict) status = Predict(cmd);
+        if (op_ == protocol::op::kEvaluate) status = Evaluate(cmd);
       } catch (const std::exception& e) {
         status = Status::Aborted(std::string("internal error: ") + e.what());
       } catch (...) {
@@ -386,7 +386,7 @@ class Worker {
   }
 
   // An event about the current command: "ev" and "id" first.
-  Event Make(const char* ev) const {
+  Event Make(std::string_view ev) const {
     Event e = {{"ev", ev}};
     if (!id_.is_null()) e["id"] = id_;
     return e;
@@ -397,7 +397,7 @@ class Worker {
   }
 
   void Error(const std::string& message) {
-    Event e = Make("error");
+    Event e = Make(protocol::ev::kError);
     if (!op_.empty()) e["op"] = op_;
     if (!member_.empty()) e["member"] = member_;
     e["message"] = OneLine(message);
@@ -436,7 +436,7 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
 
     auto progress = [&](const model::Progress& p) {
-      Event e = Make("progress");
+      Event e = Make(protocol::ev::kProgress);
       e["member"] = config.member;
       e["epoch"] = p.epoch;
       e["epochs"] = p.epochs;
@@ -451,8 +451,8 @@ class Worker {
                             model::Train(*snapshot, table, config, checkpoint, progress,
                                          options_.progress_interval_s, &shared_->cancel));
 
-    Event done = Make("done");
-    done["op"] = "train";
+    Event done = Make(protocol::ev::kDone);
+    done["op"] = protocol::op::kTrain;
     done["member"] = config.member;
     done["checkpoint"] = r.checkpoint;
     done["generation"] = snapshot->generation();
@@ -493,7 +493,7 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(model::PredictResult r,
                             model::Predict(checkpoint, *snapshot, table, out, device));
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    Event e = Make("predictions");
+    Event e = Make(protocol::ev::kPredictions);
     if (!member_.empty()) e["member"] = member_;
     e["path"] = r.path;
     e["rows"] = r.rows;
@@ -514,8 +514,8 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(model::DeviceConfig device, f.Device(DefaultDevice()));
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
     COHORT_ASSIGN_OR_RETURN(auto metrics, model::Evaluate(checkpoint, *snapshot, table, device));
-    Event e = Make("done");
-    e["op"] = "evaluate";
+    Event e = Make(protocol::ev::kDone);
+    e["op"] = protocol::op::kEvaluate;
     if (!member_.empty()) e["member"] = member_;
     e["table"] = table;
     e["generation"] = snapshot->generation();
@@ -575,8 +575,8 @@ int RunWorker(const WorkerOptions& options) {
     return 1;
   }
 
-  Event hello = {{"ev", "hello"},
-                 {"version", kProtocolVersion},
+  Event hello = {{"ev", protocol::ev::kHello},
+                 {"version", protocol::kVersion},
                  {"pid", static_cast<int64_t>(::getpid())},
                  {"device", options.device},
                  {"threads", options.threads},
@@ -619,7 +619,8 @@ int RunWorker(const WorkerOptions& options) {
       // Handle catches what commands throw; this is for parsing and the error path itself
       // (out of memory, most likely). Best effort: the worker goes on either way.
       try {
-        channel.Emit({{"ev", "error"}, {"message", "internal error while reading a command"}});
+        channel.Emit(
+            {{"ev", protocol::ev::kError}, {"message", "internal error while reading a command"}});
         Log("internal error while reading a command");
       } catch (...) {
       }

@@ -16,8 +16,6 @@
 
 namespace cohort::worker {
 
-inline constexpr int kProtocolVersion = 1;
-
 struct WorkerOptions {
   std::string device = "cpu";  // default for commands that do not name one
   int threads = 1;             // default intra-op threads on CPU

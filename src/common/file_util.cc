@@ -1,0 +1,118 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace cohort {
+
+namespace {
+
+Status SyncFile(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  if (::fsync(fd.get()) != 0) return Status::FromErrno("fsync " + path, errno);
+  return Status::OK();
+}
+
+// The steps every durable write ends with, once `tmp` holds the synced new content.
+Status RenameIntoPlace(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Status::FromErrno("rename " + tmp + " to " + path, errno);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return SyncDir(ParentDir(path));
+}
+
+}  // namespace
+
+void ScopedFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Status ScopedFd::Close(const std::string& path) {
+  // No retry on EINTR: Linux has closed the descriptor anyway, and it may be reused by now.
+  int fd = release();
+  if (fd >= 0 && ::close(fd) != 0) return Status::FromErrno("close " + path, errno);
+  return Status::OK();
+}
+
+Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + path, errno);
+    }
+    data = data.subspan(static_cast<size_t>(w));
+  }
+  return Status::OK();
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  std::string out;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) {
+    out.reserve(static_cast<size_t>(st.st_size));
+  }
+  char buf[1 << 16];
+  while (true) {
+    ssize_t r = ::read(fd.get(), buf, sizeof(buf));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read " + path, errno);
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  return out;
+}
+
+std::string ParentDir(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : p.substr(0, slash);
+}
+
+Status SyncDir(const std::string& dir) {
+  ScopedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open directory " + dir, errno);
+  if (::fsync(fd.get()) != 0) return Status::FromErrno("fsync directory " + dir, errno);
+  return Status::OK();
+}
+
+Status WriteFileAtomically(const std::string& path,
+                           std::initializer_list<std::span<const std::byte>> parts) {
+  const std::string tmp = path + ".tmp";
+  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Status::FromErrno("open " + tmp, errno);
+  Status s;
+  for (std::span<const std::byte> part : parts) {
+    if (s.ok()) s = WriteAll(fd.get(), part, tmp);
+  }
+  if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
+  if (s.ok()) s = fd.Close(tmp);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return RenameIntoPlace(tmp, path);
+}
+
+Status PublishFile(const std::string& tmp, const std::string& path) {
+  if (Status s = SyncFile(tmp); !s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return RenameIntoPlace(tmp, path);
+}
+
+}  // namespace cohort

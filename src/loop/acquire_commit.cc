@@ -1,0 +1,137 @@
+#include "loop/acquire_commit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "loop/acquisition.h"
+#include "loop/crash_point.h"
+#include "loop/oracle.h"
+#include "loop/predictions.h"
+#include "store/store.h"
+#include "store/transaction.h"
+
+namespace cohort::loop {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The picks: ids (best first) and their rows in the pool table.
+struct Picks {
+  std::vector<uint64_t> ids;
+  std::vector<uint64_t> rows;
+};
+
+Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& pool,
+                   const std::vector<MemberResult>& results, int64_t k) {
+  Picks picks;
+  if (k <= 0) return picks;
+  std::vector<std::pair<size_t, std::string>> files;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].done) files.emplace_back(i, c.paths->Absolute(results[i].predictions_pool));
+  }
+  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool.size()));
+  COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
+                                                             stacked.samples, stacked.classes));
+  std::vector<double> scores;
+  COHORT_ASSIGN_OR_RETURN(auto picked,
+                          Acquire(c.config->acquisition.strategy, view, k,
+                                  RoundSeed(c.config->acquisition.seed, round), &scores));
+  std::vector<AcquiredSample> samples;
+  for (int64_t index : picked) {
+    auto row = static_cast<uint64_t>(index);
+    picks.rows.push_back(row);
+    picks.ids.push_back(pool.id(row));
+    samples.push_back({static_cast<int64_t>(picks.ids.back()), scores[row]});
+  }
+  COHORT_RETURN_IF_ERROR(c.journal->RecordAcquisition(c.run_id, round, samples));
+  return picks;
+}
+
+// Generation `current` is one past the round's input: it must be this round's own commit.
+Status CheckEarlierCommit(const AcquireContext& c, int64_t round, uint64_t generation,
+                          uint64_t current, const std::vector<uint64_t>& ids) {
+  const StoreConfig& tables = c.config->store;
+  COHORT_ASSIGN_OR_RETURN(auto diff,
+                          store::DiffGenerations(c.paths->store(), generation, current, c.env));
+  std::vector<uint64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (diff[tables.train].added != sorted || diff[tables.pool].removed != sorted) {
+    return Status::Corruption(fmt::format(
+        "{}: generation {} is not the commit of round {} (it does not move the samples the "
+        "round picked from {} to {})",
+        c.paths->store(), current, round, tables.pool, tables.train));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+uint64_t RoundSeed(uint64_t seed, int64_t round) {
+  // splitmix64 of (seed, round), so each round draws afresh but reproducibly.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(round + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
+                                       const store::Snapshot& snap,
+                                       const std::vector<MemberResult>& results, int64_t k,
+                                       PhaseTimings* timings) {
+  const LoopConfig& config = *c.config;
+  const uint64_t generation = snap.generation();
+  COHORT_ASSIGN_OR_RETURN(const store::Table* train, snap.table(config.store.train));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* pool, snap.table(config.store.pool));
+
+  auto t0 = Clock::now();
+  COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kAcquiring));
+  COHORT_ASSIGN_OR_RETURN(Picks picks, Pick(c, round, *pool, results, k));
+  MaybeCrash("acquired");
+  auto t1 = Clock::now();
+  timings->acquire_s = Seconds(t1 - t0);
+
+  AcquireResult out{.output_generation = generation, .acquired = picks.ids.size()};
+  if (picks.ids.empty()) {  // nothing to label: the next round retrains
+    MaybeCrash("committed");
+    return out;
+  }
+
+  // Has this round's commit already happened (a controller killed right after it)?
+  COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistory(c.paths->store(), c.env));
+  uint64_t current = history.back().generation;
+  if (current == generation + 1) {
+    COHORT_RETURN_IF_ERROR(CheckEarlierCommit(c, round, generation, current, picks.ids));
+    out.output_generation = current;
+    MaybeCrash("committed");
+    return out;
+  }
+  if (current != generation) {
+    return Status::Corruption(fmt::format(
+        "{}: CURRENT is generation {} but round {} of the journal trained on generation {}",
+        c.paths->store(), current, round, generation));
+  }
+  COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kLabelling));
+  COHORT_ASSIGN_OR_RETURN(auto labels, LabelSamples(config, *c.paths, round, generation, *pool,
+                                                    *train, picks.ids, picks.rows, c.scheduler));
+  auto t2 = Clock::now();
+  timings->label_s = Seconds(t2 - t1);
+  COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kCommitting));
+  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(c.paths->store(), c.env));
+  COHORT_RETURN_IF_ERROR(
+      txn->Move(config.store.pool, config.store.train, picks.ids, labels ? &*labels : nullptr));
+  COHORT_ASSIGN_OR_RETURN(
+      out.output_generation,
+      txn->Commit(fmt::format("cohort run {} round {}: {} samples by {}", config.name, round,
+                              picks.ids.size(), config.acquisition.strategy)));
+  timings->commit_s = Seconds(Clock::now() - t2);
+  MaybeCrash("committed");
+  return out;
+}
+
+}  // namespace cohort::loop

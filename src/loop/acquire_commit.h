@@ -1,0 +1,53 @@
+// The acquire-and-commit step of a round that goes on: the strategy scores the pool with the
+// ensemble's predictions and picks k samples (journalled with their scores), the oracle labels
+// them, and one store transaction moves them from the pool to the train table: the next
+// generation. Each phase is journalled before it starts (acquiring, labelling, committing).
+//
+// A controller killed after the commit but before the round was journalled done is recognised
+// on resume: CURRENT is then one past the round's input, and that generation must move exactly
+// the journalled picks (anything else is Corruption, never silently accepted). The picks are a
+// function of the members' prediction files and the round's seed, so they come out the same.
+//
+// Thread-safety: used by the controller thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "loop/config.h"
+#include "loop/journal.h"
+#include "loop/run_dir.h"
+#include "loop/scheduler.h"
+#include "store/env.h"
+#include "store/snapshot.h"
+
+namespace cohort::loop {
+
+struct AcquireContext {
+  const LoopConfig* config = nullptr;
+  const RunPaths* paths = nullptr;
+  Journal* journal = nullptr;
+  int64_t run_id = 0;
+  store::Env* env = nullptr;
+  Scheduler* scheduler = nullptr;  // runs a command oracle
+};
+
+struct AcquireResult {
+  uint64_t output_generation = 0;
+  size_t acquired = 0;
+};
+
+// Acquires min(k, pool) samples of `round` on `snap` (the round's input generation) by the
+// members' pool predictions in `results`, labels and commits them; k == 0 commits nothing (the
+// next round retrains on the same generation). Adds the acquire, label and commit seconds to
+// `timings`.
+Result<AcquireResult> AcquireAndCommit(const AcquireContext& context, int64_t round,
+                                       const store::Snapshot& snap,
+                                       const std::vector<MemberResult>& results, int64_t k,
+                                       PhaseTimings* timings);
+
+// A seed of its own for each round, drawn reproducibly from the run's acquisition seed.
+uint64_t RoundSeed(uint64_t seed, int64_t round);
+
+}  // namespace cohort::loop

@@ -1,0 +1,55 @@
+#include "loop/predictions.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "loop/acquisition.h"
+#include "store/host_array.h"
+#include "store/npy.h"
+#include "store/schema.h"
+
+namespace cohort::loop {
+
+Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const std::string& name,
+                                                 uint64_t rows, int64_t expected_classes,
+                                                 int64_t* classes) {
+  auto array = store::ReadNpyFile(path);
+  if (!array.ok()) return array.status();
+  if (array->dtype != store::Dtype::kFloat32 || array->shape.size() != 2 ||
+      array->shape[0] != rows || array->shape[1] < 2) {
+    return Status::InvalidArgument(
+        fmt::format("{}: expected float32 probabilities of shape ({}, classes), got {} {}", name,
+                    rows, store::DtypeName(array->dtype), store::DimsToString(array->shape)));
+  }
+  auto width = static_cast<int64_t>(array->shape[1]);
+  if (expected_classes > 0 && width != expected_classes) {
+    return Status::InvalidArgument(fmt::format("{}: {} classes where other predictions have {}",
+                                               name, width, expected_classes));
+  }
+  std::vector<float> values(array->data.size() / sizeof(float));
+  std::memcpy(values.data(), array->data.data(), array->data.size());
+  auto view = MakeEnsemblePredictions(values, 1, static_cast<int64_t>(rows), width);
+  Status valid = view.ok() ? ValidatePredictions(*view) : view.status();
+  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
+  *classes = width;
+  return values;
+}
+
+Result<StackedPredictions> StackPredictions(
+    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows) {
+  StackedPredictions s;
+  s.samples = static_cast<int64_t>(rows);
+  for (const auto& [index, path] : members) {
+    int64_t classes = 0;
+    COHORT_ASSIGN_OR_RETURN(std::vector<float> values,
+                            ReadMemberPredictions(path, path, rows, s.classes, &classes));
+    s.classes = classes;
+    s.data.insert(s.data.end(), values.begin(), values.end());
+    s.members += 1;
+    s.member_index.push_back(index);
+  }
+  return s;
+}
+
+}  // namespace cohort::loop

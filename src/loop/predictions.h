@@ -1,0 +1,41 @@
+// Member predictions: the one place that reads and checks the .npy files members write.
+//
+// A member predicts a table as float32 class probabilities of shape (rows, classes): native
+// workers through the `predict` command, outside scripts by writing the files themselves. The
+// scheduler checks an outside member's files when it exits (a bad file fails the attempt); the
+// controller stacks every finished member's files into the ensemble's view. Both go through
+// ReadMemberPredictions, so a file is accepted or refused by the same rules and words.
+//
+// Thread-safety: functions over their arguments only; concurrent calls are safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace cohort::loop {
+
+// Reads the predictions at `path` and checks them: float32, shape (rows, classes) with
+// classes >= 2, and equal to `expected_classes` when that is > 0; every row a probability
+// vector (ValidatePredictions). `name` stands for the file in messages ("predictions-pool.npy"
+// for a script's attempt, the path for the ensemble). Sets *classes.
+Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const std::string& name,
+                                                 uint64_t rows, int64_t expected_classes,
+                                                 int64_t* classes);
+
+// The members' probabilities for one table, stacked [member][sample][class].
+struct StackedPredictions {
+  std::vector<float> data;
+  int64_t members = 0, samples = 0, classes = 0;
+  std::vector<size_t> member_index;  // config index of each stacked member
+};
+
+// Stacks the files of `members` (config index, absolute path), in that order; every member
+// must predict `rows` rows and the same number of classes as the first.
+Result<StackedPredictions> StackPredictions(
+    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows);
+
+}  // namespace cohort::loop

@@ -1,0 +1,56 @@
+#include "loop/stop_rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace cohort::loop {
+
+bool TargetReached(const TargetMetric& target, const ClassificationMetrics& m) {
+  double value = target.metric == "accuracy" ? m.accuracy
+                 : target.metric == "nll"    ? m.nll
+                 : target.metric == "brier"  ? m.brier
+                 : target.metric == "ece"    ? m.ece
+                                             : NAN;
+  if (std::isnan(value)) return false;
+  return target.higher_is_better ? value >= target.value : value <= target.value;
+}
+
+bool KnownLastRound(const LoopConfig& config, const RoundState& s) {
+  const StopConfig& stop = config.stop;
+  if (stop.max_rounds && s.round + 1 >= *stop.max_rounds) return true;
+  if (stop.label_budget && s.labels_used >= *stop.label_budget) return true;
+  return s.pool_size == 0 && stop.stop_when_pool_exhausted;
+}
+
+StopDecision DecideAfterRound(const LoopConfig& config, const RoundState& s,
+                              const ClassificationMetrics& ensemble) {
+  const StopConfig& stop = config.stop;
+  StopDecision d;
+  if (stop.target && TargetReached(*stop.target, ensemble)) {
+    d.reason =
+        fmt::format("the ensemble's test {} reached {}", stop.target->metric, stop.target->value);
+  } else if (stop.max_rounds && s.round + 1 >= *stop.max_rounds) {
+    d.reason = fmt::format("{} rounds done (stop.max_rounds)", s.round + 1);
+  } else if (stop.label_budget && s.labels_used >= *stop.label_budget) {
+    d.reason = fmt::format("the label budget of {} is spent", *stop.label_budget);
+  } else if (s.pool_size == 0 && stop.stop_when_pool_exhausted) {
+    d.reason = "the pool is exhausted";
+  }
+  d.k = config.acquisition.batch_size;
+  if (stop.label_budget) d.k = std::min(d.k, *stop.label_budget - s.labels_used);
+  d.k = std::max<int64_t>(0, std::min<int64_t>(d.k, static_cast<int64_t>(s.pool_size)));
+  if (!d.stops() && d.k == 0 && !stop.max_rounds) {
+    // Retraining on the same data forever helps nobody; max_rounds at least bounds it.
+    d.reason = stop.target ? fmt::format(
+                                 "nothing is left to acquire, and the ensemble's test {} "
+                                 "did not reach {}",
+                                 stop.target->metric, stop.target->value)
+                           : "nothing is left to acquire";
+  }
+  if (d.stops()) d.k = 0;
+  return d;
+}
+
+}  // namespace cohort::loop
