@@ -48,7 +48,8 @@ inline constexpr double kProbabilitySumTolerance = 1e-3;
 Status ValidatePredictions(const EnsemblePredictions& predictions);
 
 // The strategy names Acquire accepts: random, entropy, margin, least_confident, variance,
-// bald, vote_entropy.
+// bald, vote_entropy. The one list: the loop config checks `strategy` against it and names
+// it in its errors.
 const std::vector<std::string>& AcquisitionStrategies();
 
 // True for strategies whose scores are identically zero with a single member (variance,

@@ -227,13 +227,14 @@ std::string Resolve(const fs::path& base, const std::string& p) {
 
 // Member settings -------------------------------------------------------------------------------
 
-// The TrainConfig field names (top level), taken from its JSON form so the list lives in one place.
+// The TrainConfig field names at the top level ("optimizer" for "optimizer.name"), from its
+// table of fields.
 const std::vector<std::string>& TrainKeys() {
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k;
-    const json fields = model::TrainConfigToJson(model::TrainConfig{});
-    for (const auto& [key, value] : fields.items()) {
-      k.push_back(key);
+    for (const model::TrainConfigField& f : model::TrainConfigFields()) {
+      std::string key = f.path.substr(0, f.path.find('.'));
+      if (std::find(k.begin(), k.end(), key) == k.end()) k.push_back(std::move(key));
     }
     return k;
   }();
@@ -357,41 +358,13 @@ bool ReadTrainSettings(Errors* errors, const TV& table, const std::vector<std::s
   return true;
 }
 
-// Checks of values TrainConfigFromJson takes as typed; the trainer would refuse them only
-// after the run started.
+// Checks of values TrainConfigFromJson takes as typed: the table's rules, which Train would
+// apply only after the run started.
 void CheckTrainValues(Errors* errors, const model::TrainConfig& c, const SettingSource& where) {
-  auto fail = [&](const std::string& path, const std::string& message) {
-    auto [line, field] = where.Locate(path);
-    errors->Fail(line, field, message);
-  };
-  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
-    for (const char* n : names) {
-      if (v == n) return true;
-    }
-    return false;
-  };
-  if (!one_of(c.loss, {"auto", "cross_entropy", "mse", "gaussian_nll"})) {
-    fail("loss", "unknown loss '" + c.loss + "' (auto, cross_entropy, mse, gaussian_nll)");
+  if (auto problem = model::CheckTrainConfig(c)) {
+    auto [line, field] = where.Locate(problem->path);
+    errors->Fail(line, field, problem->message);
   }
-  if (!one_of(c.optimizer.name, {"adam", "adamw", "sgd"})) {
-    fail("optimizer.name", "unknown optimizer '" + c.optimizer.name + "' (adam, adamw, sgd)");
-  }
-  if (!one_of(c.schedule.name, {"constant", "step", "cosine"})) {
-    fail("schedule.name", "unknown schedule '" + c.schedule.name + "' (constant, step, cosine)");
-  }
-  if (c.epochs < 1) fail("epochs", "must be at least 1, got " + std::to_string(c.epochs));
-  if (c.batch_size < 1) {
-    fail("batch_size", "must be at least 1, got " + std::to_string(c.batch_size));
-  }
-  if (!(c.optimizer.learning_rate > 0)) fail("optimizer.learning_rate", "must be > 0");
-  if (!(c.validation_fraction >= 0 && c.validation_fraction < 1)) {
-    fail("validation_fraction", "must be in [0, 1)");
-  }
-  if (!(c.label_smoothing >= 0 && c.label_smoothing < 1)) {
-    fail("label_smoothing", "must be in [0, 1)");
-  }
-  if (c.classes < 0) fail("classes", "must be >= 0 (0: from the labels)");
-  if (c.patience < 0) fail("patience", "must be >= 0");
 }
 
 // Checks a spec's text; shapes need the store and are checked by the controller.
@@ -405,14 +378,37 @@ void CheckModel(Errors* errors, const std::string& text, const std::string& memb
   errors->Fail(line, field, message);
 }
 
+// Joins names for a message: "a, b, c".
+std::string NameList(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
+// The ensemble test metrics a stop target can name: those the loop computes every round
+// (ClassificationMetrics, ensemble_metrics.h), and which way is better.
+struct TargetMetricRule {
+  const char* name;
+  bool higher_is_better;
+};
+constexpr TargetMetricRule kTargetMetrics[] = {
+    {"accuracy", true},
+    {"nll", false},
+    {"brier", false},
+    {"ece", false},
+};
+
+std::vector<std::string> TargetMetricNames() {
+  std::vector<std::string> names;
+  for (const auto& m : kTargetMetrics) names.emplace_back(m.name);
+  return names;
+}
+
 // The whole parse ------------------------------------------------------------------------------
+// One step per part of the file, in file order; the first error wins, so each step may run
+// after an earlier one failed and must only add nothing then.
 
-void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
-  Reader r(e, &root, "", 1,
-           {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device",
-            "launcher", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
-
-  // Run.
+void ParseRun(Reader& r, const fs::path& base, LoopConfig* c) {
   if (!r.String("name", &c->name) && r.ok()) r.Missing("name", "the run's name");
   if (r.ok() && !ValidName(c->name)) {
     r.Fail("name", "'" + c->name + "' is not a valid run name: " + kNameRule);
@@ -424,39 +420,40 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
   } else if (r.ok()) {
     c->run_dir = Resolve(base, "runs/" + c->name);
   }
+}
 
-  // Store.
-  {
-    const TV* t = r.Table("store");
-    if (t == nullptr && r.ok()) r.Missing("store", "a [store] table with source");
-    Reader s(e, t, "store.", t ? LineOf(*t) : 1, {"source", "generation", "train", "pool", "test"});
-    std::string source;
-    if (s.String("source", &source)) {
-      if (source.empty()) s.Fail("source", "must not be empty");
-      c->store.source = Resolve(base, source);
-    } else if (s.ok()) {
-      s.Missing("source", "the store the run clones");
-    }
-    int64_t generation = 0;
-    if (s.Int("generation", &generation, 1)) {
-      c->store.source_generation = static_cast<uint64_t>(generation);
-    }
-    for (auto [key, out] : {std::pair{"train", &c->store.train}, std::pair{"pool", &c->store.pool},
-                            std::pair{"test", &c->store.test}}) {
-      if (s.String(key, out) && out->empty()) s.Fail(key, "must not be empty");
-    }
-    if (s.ok()) {
-      std::set<std::string> names = {c->store.train, c->store.pool, c->store.test};
-      if (names.size() != 3) {
-        s.Fail(s.Get("test")   ? "test"
-               : s.Get("pool") ? "pool"
-                               : "train",
-               "the train, pool and test tables must be three different tables");
-      }
+void ParseStore(Errors* e, Reader& r, const fs::path& base, StoreConfig* store) {
+  const TV* t = r.Table("store");
+  if (t == nullptr && r.ok()) r.Missing("store", "a [store] table with source");
+  Reader s(e, t, "store.", t ? LineOf(*t) : 1, {"source", "generation", "train", "pool", "test"});
+  std::string source;
+  if (s.String("source", &source)) {
+    if (source.empty()) s.Fail("source", "must not be empty");
+    store->source = Resolve(base, source);
+  } else if (s.ok()) {
+    s.Missing("source", "the store the run clones");
+  }
+  int64_t generation = 0;
+  if (s.Int("generation", &generation, 1)) {
+    store->source_generation = static_cast<uint64_t>(generation);
+  }
+  for (auto [key, out] : {std::pair{"train", &store->train}, std::pair{"pool", &store->pool},
+                          std::pair{"test", &store->test}}) {
+    if (s.String(key, out) && out->empty()) s.Fail(key, "must not be empty");
+  }
+  if (s.ok()) {
+    std::set<std::string> names = {store->train, store->pool, store->test};
+    if (names.size() != 3) {
+      s.Fail(s.Get("test")   ? "test"
+             : s.Get("pool") ? "pool"
+                             : "train",
+             "the train, pool and test tables must be three different tables");
     }
   }
+}
 
-  // Devices.
+// `devices` and how workers use them: threads_per_cpu_device, members_per_device, launcher.
+void ParseDevices(Errors* e, Reader& r, LoopConfig* c) {
   if (const TV* d = r.Get("devices"); d != nullptr && r.ok()) {
     if (d->is_string()) {
       if (d->as_string().str != "auto") {
@@ -505,225 +502,268 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
       r.Fail("launcher", "unknown launcher '" + launcher + "' (local, slurm)");
     }
   }
+}
 
-  // Member defaults.
-  std::vector<std::string> member_loop_keys = {"name", "warm_start", "command"};
-  const TV* defaults = r.Table("defaults");
-  model::TrainConfig member_base;
-  bool default_warm_start = false;
-  SettingSource defaults_source;
-  defaults_source.defaults = defaults;
-  defaults_source.defaults_line = defaults ? LineOf(*defaults) : 1;
-  if (defaults != nullptr && r.ok()) {
-    Reader d(e, defaults, "defaults.", LineOf(*defaults), {});  // keys checked below
-    if (ReadTrainSettings(e, *defaults, {"warm_start"}, defaults_source, "defaults",
-                          &member_base)) {
-      d.Bool("warm_start", &default_warm_start);
-      if (!member_base.model.empty()) {
-        CheckModel(e, member_base.model, "defaults", d.KeyLine("model"), "defaults.model");
+// [defaults]: what every [[member]] starts from.
+struct MemberDefaults {
+  const TV* table = nullptr;
+  int line = 1;
+  model::TrainConfig train;
+  bool warm_start = false;
+};
+
+MemberDefaults ParseMemberDefaults(Errors* e, Reader& r) {
+  MemberDefaults d;
+  d.table = r.Table("defaults");
+  if (d.table == nullptr || !r.ok()) return d;
+  d.line = LineOf(*d.table);
+  SettingSource where;
+  where.defaults = d.table;
+  where.defaults_line = d.line;
+  Reader dr(e, d.table, "defaults.", d.line, {});  // keys checked by ReadTrainSettings
+  if (ReadTrainSettings(e, *d.table, {"warm_start"}, where, "defaults", &d.train)) {
+    dr.Bool("warm_start", &d.warm_start);
+    if (!d.train.model.empty()) {
+      CheckModel(e, d.train.model, "defaults", dr.KeyLine("model"), "defaults.model");
+    }
+  }
+  return d;
+}
+
+// An outside script's member: its settings are its own business, passed through as JSON,
+// [defaults] underneath.
+bool ParseScriptMember(Errors* e, Reader& mr, const TV& t, const std::string& prefix,
+                       const MemberDefaults& defaults, const fs::path& base, MemberConfig* member) {
+  if (!ReadArgv(e, *mr.Get("command"), prefix + "command", base, &member->command)) return false;
+  mr.Bool("warm_start", &member->warm_start);
+  json settings = json::object();
+  for (const TV* table : {defaults.table, &t}) {
+    if (table == nullptr) continue;
+    for (const auto& [key, value] : table->as_table()) {
+      if (key == "name" || key == "command" || key == "warm_start") continue;
+      const TV* bad = nullptr;
+      json v = ToJson(value, &bad);
+      if (bad != nullptr) {
+        e->Fail(LineOf(*bad), prefix + key, "dates and times are not accepted here");
+        break;
+      }
+      if (v.is_object() && settings.contains(key) && settings[key].is_object()) {
+        settings[key].update(v);  // an inline table replaces only the fields it names
+      } else {
+        settings[key] = std::move(v);
       }
     }
   }
+  if (!mr.ok()) return false;
+  member->script_config = std::move(settings);
+  member->train = defaults.train;
+  member->train.member = member->name;
+  return true;
+}
 
-  // Members.
+// A native member: TrainConfig fields on top of [defaults], checked now.
+bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& prefix,
+                       const std::vector<std::string>& loop_keys, const MemberDefaults& defaults,
+                       MemberConfig* member) {
+  SettingSource where{&t, prefix, member->line, defaults.table, defaults.line};
+  member->train = defaults.train;
+  if (!ReadTrainSettings(e, t, loop_keys, where, member->name, &member->train)) return false;
+  mr.Bool("warm_start", &member->warm_start);
+  member->train.member = member->name;
+  if (member->train.model.empty()) {
+    mr.Missing("model", "a model spec, here or in [defaults]");
+    return false;
+  }
+  if (mr.Get("model") != nullptr) {
+    CheckModel(e, member->train.model, member->name, mr.KeyLine("model"), prefix + "model");
+  }
+  CheckTrainValues(e, member->train, where);
+  return true;
+}
+
+// The [[member]] entry `t`, the index-th (from 0). False after an error.
+bool ParseMember(Errors* e, const TV& t, size_t index, const MemberDefaults& defaults,
+                 const fs::path& base, LoopConfig* c) {
+  const std::vector<std::string> loop_keys = {"name", "warm_start", "command"};
+  const std::string prefix = "member[" + std::to_string(index + 1) + "].";
+  if (!t.is_table()) {
+    e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
+    return false;
+  }
+  MemberConfig member;
+  member.line = LineOf(t);
+  member.warm_start = defaults.warm_start;
+  Reader mr(e, &t, prefix, member.line, {});  // keys checked by ReadTrainSettings
+  // A script member's other keys are its own settings: no typo guessing there.
+  const bool script = mr.Get("command") != nullptr;
+  if (!script && !CheckLoopKeyTypos(e, t, loop_keys, prefix)) return false;
+  if (!mr.String("name", &member.name)) {
+    if (mr.ok()) mr.Missing("name", "each [[member]] needs a unique name");
+    return false;
+  }
+  if (!ValidName(member.name)) {
+    mr.Fail("name", "'" + member.name + "' is not a valid member name: " + kNameRule);
+    return false;
+  }
+  for (const auto& other : c->members) {
+    if (other.name == member.name) {
+      mr.Fail("name", "'" + member.name + "' is already the name of the member at line " +
+                          std::to_string(other.line));
+    }
+  }
+  if (!mr.ok()) return false;
+  const bool ok = script ? ParseScriptMember(e, mr, t, prefix, defaults, base, &member)
+                         : ParseNativeMember(e, mr, t, prefix, loop_keys, defaults, &member);
+  if (!ok) return false;
+  c->members.push_back(std::move(member));
+  return true;
+}
+
+void ParseMembers(Errors* e, Reader& r, const MemberDefaults& defaults, const fs::path& base,
+                  LoopConfig* c) {
   if (const TV* m = r.Get("member"); m != nullptr && r.ok()) {
     if (!m->is_array() || (!m->as_array().empty() && !m->as_array()[0].is_table())) {
       r.Fail("member", "expected [[member]] tables, got " + Shown(*m));
     } else {
       const auto& entries = m->as_array();
       for (size_t i = 0; i < entries.size() && r.ok(); i++) {
-        const TV& t = entries[i];
-        const std::string prefix = "member[" + std::to_string(i + 1) + "].";
-        if (!t.is_table()) {
-          e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
-          break;
-        }
-        MemberConfig member;
-        member.line = LineOf(t);
-        member.warm_start = default_warm_start;
-        Reader mr(e, &t, prefix, member.line, {});  // keys checked by ReadTrainSettings
-        // A script member's other keys are its own settings: no typo guessing there.
-        if (mr.Get("command") == nullptr && !CheckLoopKeyTypos(e, t, member_loop_keys, prefix)) {
-          break;
-        }
-        if (!mr.String("name", &member.name)) {
-          if (mr.ok()) mr.Missing("name", "each [[member]] needs a unique name");
-          break;
-        }
-        if (!ValidName(member.name)) {
-          mr.Fail("name", "'" + member.name + "' is not a valid member name: " + kNameRule);
-          break;
-        }
-        for (const auto& other : c->members) {
-          if (other.name == member.name) {
-            mr.Fail("name", "'" + member.name + "' is already the name of the member at line " +
-                                std::to_string(other.line));
-          }
-        }
-        if (!mr.ok()) break;
-        if (const TV* cmd = mr.Get("command"); cmd != nullptr) {
-          // An outside script: its settings are its own business, passed through as JSON.
-          if (!ReadArgv(e, *cmd, prefix + "command", base, &member.command)) break;
-          mr.Bool("warm_start", &member.warm_start);
-          json settings = json::object();
-          for (const TV* table : {defaults, &t}) {
-            if (table == nullptr) continue;
-            for (const auto& [key, value] : table->as_table()) {
-              if (key == "name" || key == "command" || key == "warm_start") continue;
-              const TV* bad = nullptr;
-              json v = ToJson(value, &bad);
-              if (bad != nullptr) {
-                e->Fail(LineOf(*bad), prefix + key, "dates and times are not accepted here");
-                break;
-              }
-              if (v.is_object() && settings.contains(key) && settings[key].is_object()) {
-                settings[key].update(v);  // an inline table replaces only the fields it names
-              } else {
-                settings[key] = std::move(v);
-              }
-            }
-          }
-          if (!mr.ok()) break;
-          member.script_config = std::move(settings);
-          member.train = member_base;
-          member.train.member = member.name;
-          c->members.push_back(std::move(member));
-          continue;
-        }
-        SettingSource where{&t, prefix, member.line, defaults, defaults_source.defaults_line};
-        member.train = member_base;
-        if (!ReadTrainSettings(e, t, member_loop_keys, where, member.name, &member.train)) break;
-        mr.Bool("warm_start", &member.warm_start);
-        member.train.member = member.name;
-        if (member.train.model.empty()) {
-          mr.Missing("model", "a model spec, here or in [defaults]");
-          break;
-        }
-        if (mr.Get("model") != nullptr) {
-          CheckModel(e, member.train.model, member.name, mr.KeyLine("model"), prefix + "model");
-        }
-        CheckTrainValues(e, member.train, where);
-        c->members.push_back(std::move(member));
+        if (!ParseMember(e, entries[i], i, defaults, base, c)) break;
       }
     }
   }
   if (r.ok() && c->members.empty()) r.Missing("member", "at least one [[member]] entry");
+}
 
-  // Acquisition.
-  {
-    const TV* t = r.Table("acquisition");
-    if (t == nullptr && r.ok()) r.Missing("acquisition", "an [acquisition] table");
-    Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1, {"strategy", "batch_size", "seed"});
-    if (a.String("strategy", &c->acquisition.strategy)) {
-      const auto& names = AcquisitionStrategies();
-      if (std::find(names.begin(), names.end(), c->acquisition.strategy) == names.end()) {
-        std::string list;
-        for (const auto& s : names) list += (list.empty() ? "" : ", ") + s;
-        std::string suggestion = ClosestName(c->acquisition.strategy, names);
-        a.Fail("strategy", "unknown strategy '" + c->acquisition.strategy + "'" +
-                               (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
-                               "; one of " + list);
-      } else if (StrategyNeedsSeveralMembers(c->acquisition.strategy) && c->members.size() < 2) {
-        a.Fail("strategy", "'" + c->acquisition.strategy +
-                               "' measures disagreement between members and needs at least 2 "
-                               "[[member]] entries");
-      }
-    } else if (a.ok() && t != nullptr) {
-      a.Missing("strategy",
-                "one of random, entropy, margin, least_confident, variance, bald, "
-                "vote_entropy");
+// After the members: a disagreement strategy needs at least two.
+void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
+  const TV* t = r.Table("acquisition");
+  if (t == nullptr && r.ok()) r.Missing("acquisition", "an [acquisition] table");
+  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1, {"strategy", "batch_size", "seed"});
+  const std::vector<std::string>& strategies = AcquisitionStrategies();
+  std::string& strategy = c->acquisition.strategy;
+  if (a.String("strategy", &strategy)) {
+    if (std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
+      std::string suggestion = ClosestName(strategy, strategies);
+      a.Fail("strategy", "unknown strategy '" + strategy + "'" +
+                             (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
+                             "; one of " + NameList(strategies));
+    } else if (StrategyNeedsSeveralMembers(strategy) && c->members.size() < 2) {
+      a.Fail("strategy", "'" + strategy +
+                             "' measures disagreement between members and needs at least 2 "
+                             "[[member]] entries");
     }
-    if (!a.Int("batch_size", &c->acquisition.batch_size, 1) && a.ok() && t != nullptr) {
-      a.Missing("batch_size", "k, the samples labelled per round");
-    }
-    int64_t seed = 0;
-    if (a.Int("seed", &seed, 0)) c->acquisition.seed = static_cast<uint64_t>(seed);
+  } else if (a.ok() && t != nullptr) {
+    a.Missing("strategy", "one of " + NameList(strategies));
   }
-
-  // Oracle.
-  {
-    const TV* t = r.Table("oracle");
-    Reader o(e, t, "oracle.", t ? LineOf(*t) : 1, {"kind", "command"});
-    std::string kind = "hidden_labels";
-    o.String("kind", &kind);
-    if (o.ok()) {
-      if (kind == "hidden_labels") {
-        c->oracle.kind = OracleConfig::Kind::kHiddenLabels;
-        if (o.Get("command") != nullptr) {
-          o.Fail("command", "only for kind = \"command\"");
-        }
-      } else if (kind == "command") {
-        c->oracle.kind = OracleConfig::Kind::kCommand;
-        const TV* cmd = o.Get("command");
-        if (cmd == nullptr) {
-          o.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
-        } else {
-          ReadArgv(e, *cmd, "oracle.command", base, &c->oracle.command);
-        }
-      } else {
-        o.Fail("kind", "unknown oracle '" + kind + "' (hidden_labels, command)");
-      }
-    }
+  if (!a.Int("batch_size", &c->acquisition.batch_size, 1) && a.ok() && t != nullptr) {
+    a.Missing("batch_size", "k, the samples labelled per round");
   }
+  int64_t seed = 0;
+  if (a.Int("seed", &seed, 0)) c->acquisition.seed = static_cast<uint64_t>(seed);
+}
 
-  // Stop rules.
-  {
-    const TV* t = r.Table("stop");
-    Reader s(e, t, "stop.", t ? LineOf(*t) : 1,
-             {"max_rounds", "label_budget", "target", "stop_when_pool_exhausted"});
-    int64_t v = 0;
-    if (s.Int("max_rounds", &v, 1)) c->stop.max_rounds = v;
-    if (s.Int("label_budget", &v, 1)) c->stop.label_budget = v;
-    if (const TV* target = s.Table("target")) {
-      Reader tr(e, target, "stop.target.", LineOf(*target), {"metric", "value"});
-      TargetMetric m;
-      if (!tr.String("metric", &m.metric) && tr.ok())
-        tr.Missing("metric", "accuracy, nll, brier, ece or rmse");
-      if (tr.ok()) {
-        if (m.metric == "accuracy") {
-          m.higher_is_better = true;
-        } else if (m.metric == "nll" || m.metric == "brier" || m.metric == "ece" ||
-                   m.metric == "rmse") {
-          m.higher_is_better = false;
-        } else {
-          tr.Fail("metric", "unknown metric '" + m.metric + "' (accuracy, nll, brier, ece, rmse)");
-        }
-      }
-      if (!tr.Number("value", &m.value) && tr.ok()) tr.Missing("value", "the metric's target");
-      if (tr.ok() && !std::isfinite(m.value)) tr.Fail("value", "must be a finite number");
-      if (tr.ok()) c->stop.target = m;
+void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracle) {
+  const TV* t = r.Table("oracle");
+  Reader o(e, t, "oracle.", t ? LineOf(*t) : 1, {"kind", "command"});
+  std::string kind = "hidden_labels";
+  o.String("kind", &kind);
+  if (!o.ok()) return;
+  if (kind == "hidden_labels") {
+    oracle->kind = OracleConfig::Kind::kHiddenLabels;
+    if (o.Get("command") != nullptr) {
+      o.Fail("command", "only for kind = \"command\"");
     }
-    s.Bool("stop_when_pool_exhausted", &c->stop.stop_when_pool_exhausted);
-    if (s.ok() && !c->stop.max_rounds && !c->stop.label_budget && !c->stop.target) {
-      e->Fail(s.line(), "stop",
-              "no stop rule: set at least one of max_rounds, label_budget or target");
+  } else if (kind == "command") {
+    oracle->kind = OracleConfig::Kind::kCommand;
+    const TV* cmd = o.Get("command");
+    if (cmd == nullptr) {
+      o.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
+    } else {
+      ReadArgv(e, *cmd, "oracle.command", base, &oracle->command);
+    }
+  } else {
+    o.Fail("kind", "unknown oracle '" + kind + "' (hidden_labels, command)");
+  }
+}
+
+// stop.target: only a metric the loop computes can ever be reached.
+void ParseTarget(Errors* e, const TV& target, StopConfig* stop) {
+  Reader tr(e, &target, "stop.target.", LineOf(target), {"metric", "value"});
+  const std::vector<std::string> metrics = TargetMetricNames();
+  TargetMetric m;
+  if (!tr.String("metric", &m.metric) && tr.ok()) tr.Missing("metric", NameList(metrics));
+  if (tr.ok()) {
+    const auto* rule = std::find_if(std::begin(kTargetMetrics), std::end(kTargetMetrics),
+                                    [&](const auto& k) { return m.metric == k.name; });
+    if (rule != std::end(kTargetMetrics)) {
+      m.higher_is_better = rule->higher_is_better;
+    } else if (m.metric == "rmse") {
+      tr.Fail("metric",
+              "'rmse' is a regression metric, which the loop never computes (it "
+              "scores the ensemble as a classifier); one of " +
+                  NameList(metrics));
+    } else {
+      tr.Fail("metric", "unknown metric '" + m.metric + "' (" + NameList(metrics) + ")");
     }
   }
+  if (!tr.Number("value", &m.value) && tr.ok()) tr.Missing("value", "the metric's target");
+  if (tr.ok() && !std::isfinite(m.value)) tr.Fail("value", "must be a finite number");
+  if (tr.ok()) stop->target = m;
+}
 
-  // Failure policy.
-  {
-    const TV* t = r.Table("failure");
-    Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
-             {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s"});
-    f.Int("retries", &c->failure.retries, 0);
-    c->failure.min_members = static_cast<int64_t>(c->members.size());
-    if (f.Int("min_members", &c->failure.min_members, 1) &&
-        c->failure.min_members > static_cast<int64_t>(c->members.size())) {
-      f.Fail("min_members", std::to_string(c->failure.min_members) + " is more than the " +
-                                std::to_string(c->members.size()) + " members configured");
-    }
-    // Bounded so the controller's conversion to a clock duration cannot overflow.
-    constexpr double kMaxSeconds = 1e7;
-    if (f.Number("heartbeat_timeout_s", &c->failure.heartbeat_timeout_s) &&
-        !(c->failure.heartbeat_timeout_s > 0 && c->failure.heartbeat_timeout_s <= kMaxSeconds)) {
-      f.Fail("heartbeat_timeout_s", "must be > 0 and at most 1e7 seconds");
-    }
-    if (f.Number("attempt_timeout_s", &c->failure.attempt_timeout_s) &&
-        !(c->failure.attempt_timeout_s >= 0 && c->failure.attempt_timeout_s <= kMaxSeconds)) {
-      f.Fail("attempt_timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
-    }
+void ParseStop(Errors* e, Reader& r, StopConfig* stop) {
+  const TV* t = r.Table("stop");
+  Reader s(e, t, "stop.", t ? LineOf(*t) : 1,
+           {"max_rounds", "label_budget", "target", "stop_when_pool_exhausted"});
+  int64_t v = 0;
+  if (s.Int("max_rounds", &v, 1)) stop->max_rounds = v;
+  if (s.Int("label_budget", &v, 1)) stop->label_budget = v;
+  if (const TV* target = s.Table("target")) ParseTarget(e, *target, stop);
+  s.Bool("stop_when_pool_exhausted", &stop->stop_when_pool_exhausted);
+  if (s.ok() && !stop->max_rounds && !stop->label_budget && !stop->target) {
+    e->Fail(s.line(), "stop",
+            "no stop rule: set at least one of max_rounds, label_budget or target");
   }
+}
 
+// After the members: min_members counts them.
+void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
+  const TV* t = r.Table("failure");
+  Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
+           {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s"});
+  FailureConfig& failure = c->failure;
+  f.Int("retries", &failure.retries, 0);
+  const auto members = static_cast<int64_t>(c->members.size());
+  if (f.Int("min_members", &failure.min_members, 1) && failure.min_members > members) {
+    f.Fail("min_members", std::to_string(failure.min_members) + " is more than the " +
+                              std::to_string(members) + " members configured");
+  }
+  if (failure.min_members == FailureConfig::kAllMembers) failure.min_members = members;
+  // Bounded so the controller's conversion to a clock duration cannot overflow.
+  constexpr double kMaxSeconds = 1e7;
+  if (f.Number("heartbeat_timeout_s", &failure.heartbeat_timeout_s) &&
+      !(failure.heartbeat_timeout_s > 0 && failure.heartbeat_timeout_s <= kMaxSeconds)) {
+    f.Fail("heartbeat_timeout_s", "must be > 0 and at most 1e7 seconds");
+  }
+  if (f.Number("attempt_timeout_s", &failure.attempt_timeout_s) &&
+      !(failure.attempt_timeout_s >= 0 && failure.attempt_timeout_s <= kMaxSeconds)) {
+    f.Fail("attempt_timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
+  }
+}
+
+void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
+  Reader r(e, &root, "", 1,
+           {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device",
+            "launcher", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
+  ParseRun(r, base, c);
+  ParseStore(e, r, base, &c->store);
+  ParseDevices(e, r, c);
+  const MemberDefaults defaults = ParseMemberDefaults(e, r);
+  ParseMembers(e, r, defaults, base, c);
+  ParseAcquisition(e, r, c);
+  ParseOracle(e, r, base, &c->oracle);
+  ParseStop(e, r, &c->stop);
+  ParseFailure(e, r, c);
   // The seam for cluster launches: accepted by the parser, refused until it exists.
   if (e->ok() && c->launcher == Launcher::kSlurm) {
     r.Fail("launcher", "\"slurm\" is not available yet; use \"local\"");

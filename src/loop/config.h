@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -21,7 +22,7 @@
 
 #include "common/status.h"
 #include "launch/device.h"
-#include "model/member.h"
+#include "model/train_config.h"
 
 namespace cohort::loop {
 
@@ -66,7 +67,10 @@ struct OracleConfig {
 const char* OracleKindName(OracleConfig::Kind kind);
 
 struct TargetMetric {
-  std::string metric;  // ensemble test metric: accuracy | nll | brier | ece | rmse
+  // An ensemble test metric the loop computes every round (ClassificationMetrics):
+  // accuracy | nll | brier | ece. The parser refuses any other, rmse included, since a
+  // target the loop never computes could never end a run.
+  std::string metric;
   double value = 0;
   bool higher_is_better = true;  // accuracy; the others stop when at or below value
 };
@@ -79,8 +83,14 @@ struct StopConfig {
 };
 
 struct FailureConfig {
-  int64_t retries = 2;      // fresh attempts after a failed one, per member and round
-  int64_t min_members = 0;  // members that must finish for the round to proceed
+  // min_members' default: every member, however many there are.
+  static constexpr int64_t kAllMembers = std::numeric_limits<int64_t>::max();
+
+  int64_t retries = 2;  // fresh attempts after a failed one, per member and round
+  // Members that must finish for the round to proceed. Default: all of them (kAllMembers);
+  // ParseLoopConfig, which knows how many there are, turns that into their count, so a
+  // parsed config always holds a number from 1 to members.size().
+  int64_t min_members = kAllMembers;
   double heartbeat_timeout_s = 60;
   double attempt_timeout_s = 0;  // 0: no wall-clock limit per attempt
 };

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "loop/acquisition.h"
+
 namespace cohort::loop {
 namespace {
 
@@ -255,6 +257,10 @@ TEST(LoopConfigTest, BadTrainValue) {
   EXPECT_EQ(
       Error(Replace(kFull, "name = \"sgd\"", "name = \"lion\"")),
       "dir/loop.toml:15: defaults.optimizer.name: unknown optimizer 'lion' (adam, adamw, sgd)");
+  // Checked now, by the same table of rules Train applies (train_config.h).
+  EXPECT_EQ(
+      Error(Replace(kFull, "learning_rate = 0.01", "learning_rate = 0.01, weight_decay = -1")),
+      "dir/loop.toml:29: member[2].optimizer.weight_decay: must be >= 0");
 }
 
 TEST(LoopConfigTest, UnknownStrategy) {
@@ -264,6 +270,19 @@ TEST(LoopConfigTest, UnknownStrategy) {
                     0),
             0u)
       << m;
+}
+
+// Both messages list the strategies acquisition.h knows, not a copy of them.
+TEST(LoopConfigTest, StrategyMessagesListTheAcquisitionStrategies) {
+  std::string list;
+  for (const auto& s : AcquisitionStrategies()) list += (list.empty() ? "" : ", ") + s;
+  EXPECT_EQ(list, "random, entropy, margin, least_confident, variance, bald, vote_entropy");
+  EXPECT_EQ(Error(Replace(kFull, "strategy = \"entropy\"\n", "")),
+            "dir/loop.toml:31: acquisition.strategy: missing (one of " + list + ")");
+  EXPECT_EQ(Error(Replace(kFull, "\"entropy\"", "\"entropi\"")),
+            "dir/loop.toml:32: acquisition.strategy: unknown strategy 'entropi' (did you mean "
+            "entropy?); one of " +
+                list);
 }
 
 TEST(LoopConfigTest, DisagreementStrategyNeedsTwoMembers) {
@@ -295,7 +314,50 @@ TEST(LoopConfigTest, NoStopRule) {
             "or target");
   EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\"", "metric = \"f1\"")),
             "dir/loop.toml:37: stop.target.metric: unknown metric 'f1' (accuracy, nll, brier, "
-            "ece, rmse)");
+            "ece)");
+}
+
+// The loop computes classification metrics only: a target on anything else never ends a run.
+TEST(LoopConfigTest, TargetMetricMustBeOneTheLoopComputes) {
+  EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\"", "metric = \"rmse\"")),
+            "dir/loop.toml:37: stop.target.metric: 'rmse' is a regression metric, which the loop "
+            "never computes (it scores the ensemble as a classifier); one of accuracy, nll, "
+            "brier, ece");
+  EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\", ", "")),
+            "dir/loop.toml:37: stop.target.metric: missing (accuracy, nll, brier, ece)");
+  for (const char* metric : {"accuracy", "nll", "brier", "ece"}) {
+    auto c = ParseLoopConfig(Replace(kFull, "\"nll\"", std::string("\"") + metric + "\""),
+                             "dir/loop.toml", "/base");
+    ASSERT_TRUE(c.ok()) << metric << ": " << c.status().ToString();
+    EXPECT_EQ(c->stop.target->higher_is_better, std::string(metric) == "accuracy") << metric;
+  }
+}
+
+// A target as the only rule, with the pool allowed to run dry, is a legitimate run: it ends
+// at the target, or when nothing is left to acquire.
+TEST(LoopConfigTest, TargetAloneWithAnExhaustiblePoolParses) {
+  std::string text = Replace(kFull, "max_rounds = 4\n", "stop_when_pool_exhausted = false\n");
+  auto c = ParseLoopConfig(text, "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->stop.max_rounds.has_value());
+  EXPECT_FALSE(c->stop.label_budget.has_value());
+  EXPECT_TRUE(c->stop.target.has_value());
+  EXPECT_FALSE(c->stop.stop_when_pool_exhausted);
+}
+
+// One default for min_members, all members: in the struct and from the parser alike.
+TEST(LoopConfigTest, MinMembersDefaultsToAllMembers) {
+  EXPECT_EQ(FailureConfig{}.min_members, FailureConfig::kAllMembers);
+  EXPECT_EQ(LoopConfig{}.failure.min_members, FailureConfig::kAllMembers);
+  for (const std::string& text :
+       {std::string(kFull), std::string(kFull) + "\n[failure]\nretries = 1\n",
+        Replace(kFull, "[acquisition]",
+                "[[member]]\nname = \"c\"\nmodel = \"dense 10\"\n\n[acquisition]")}) {
+    auto c = ParseLoopConfig(text, "dir/loop.toml", "/base");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->failure.min_members, static_cast<int64_t>(c->members.size()));
+    EXPECT_EQ(LoopConfigToJson(*c)["failure"]["min_members"], c->members.size());
+  }
 }
 
 TEST(LoopConfigTest, MinMembersAboveMembers) {

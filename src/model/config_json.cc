@@ -8,6 +8,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/closest_name.h"
@@ -29,21 +30,21 @@ class ObjectReader {
     }
   }
 
-  void String(const char* key, std::string* out) {
+  void Read(const std::string& key, std::string* out) {
     Field(key, [&](const json& v, const std::string& path) {
       if (!v.is_string()) return Fail(path, "expected a string, got " + JsonForMessage(v));
       *out = v.get<std::string>();
     });
   }
 
-  void Double(const char* key, double* out) {
+  void Read(const std::string& key, double* out) {
     Field(key, [&](const json& v, const std::string& path) {
       if (!v.is_number()) return Fail(path, "expected a number, got " + JsonForMessage(v));
       *out = v.get<double>();
     });
   }
 
-  void Bool(const char* key, bool* out) {
+  void Read(const std::string& key, bool* out) {
     Field(key, [&](const json& v, const std::string& path) {
       if (!v.is_boolean()) return Fail(path, "expected true or false, got " + JsonForMessage(v));
       *out = v.get<bool>();
@@ -51,7 +52,7 @@ class ObjectReader {
   }
 
   template <typename Int>
-  void Integer(const char* key, Int* out) {
+  void Read(const std::string& key, Int* out) {
     Field(key, [&](const json& v, const std::string& path) {
       const char* what = std::is_signed_v<Int> ? "an integer" : "a non-negative integer";
       // 10.0 is accepted as 10 (some writers only have doubles); 2.5 is not.
@@ -81,7 +82,7 @@ class ObjectReader {
 
   // A nested object: `fill` reads its fields with a reader of its own.
   template <typename Fill>
-  void Object(const char* key, Fill fill) {
+  void Object(const std::string& key, Fill fill) {
     known_.emplace_back(key);
     static const json kEmpty = json::object();
     auto it = j_.is_object() ? j_.find(key) : j_.end();
@@ -111,8 +112,8 @@ class ObjectReader {
   }
 
  private:
-  template <typename Read>
-  void Field(const char* key, Read read) {
+  template <typename ReadValue>
+  void Field(const std::string& key, ReadValue read) {
     known_.emplace_back(key);
     if (!status_->ok() || !j_.is_object()) return;
     auto it = j_.find(key);
@@ -133,6 +134,26 @@ class ObjectReader {
   std::vector<std::pair<std::string, std::vector<std::string>>> nested_;
 };
 
+// Reads the table's fields under `prefix` ("" for the top level, "optimizer." for that
+// struct) from `r`'s object, in table order; a nested struct is read as an object where its
+// first field comes in the table.
+void ReadFields(ObjectReader& r, const std::string& prefix, TrainConfig* config) {
+  std::vector<std::string> groups_read;
+  for (const TrainConfigField& f : TrainConfigFields()) {
+    if (f.path.rfind(prefix, 0) != 0) continue;
+    const std::string rest = f.path.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos) {
+      std::visit([&](auto* out) { r.Read(rest, out); }, f.field(*config));
+      continue;
+    }
+    const std::string group = rest.substr(0, dot);
+    if (std::find(groups_read.begin(), groups_read.end(), group) != groups_read.end()) continue;
+    groups_read.push_back(group);
+    r.Object(group, [&](ObjectReader& inner) { ReadFields(inner, prefix + group + ".", config); });
+  }
+}
+
 }  // namespace
 
 Result<TrainConfig> TrainConfigFromJson(const nlohmann::json& j, const TrainConfig& base,
@@ -147,73 +168,24 @@ Result<TrainConfig> TrainConfigFromJson(const nlohmann::json& j, const TrainConf
   TrainConfig c = base;
   Status status;
   ObjectReader r(j, "config", name, &status);
-  r.String("member", &c.member);
-  r.String("model", &c.model);
-  r.String("loss", &c.loss);
-  r.Double("label_smoothing", &c.label_smoothing);
-  r.Integer("classes", &c.classes);
-  r.Bool("standardize", &c.standardize);
-  r.Object("optimizer", [&](ObjectReader& o) {
-    o.String("name", &c.optimizer.name);
-    o.Double("learning_rate", &c.optimizer.learning_rate);
-    o.Double("weight_decay", &c.optimizer.weight_decay);
-    o.Double("momentum", &c.optimizer.momentum);
-    o.Double("beta1", &c.optimizer.beta1);
-    o.Double("beta2", &c.optimizer.beta2);
-  });
-  r.Object("schedule", [&](ObjectReader& s) {
-    s.String("name", &c.schedule.name);
-    s.Integer("warmup_epochs", &c.schedule.warmup_epochs);
-    s.Integer("step_epochs", &c.schedule.step_epochs);
-    s.Double("gamma", &c.schedule.gamma);
-    s.Double("min_learning_rate", &c.schedule.min_learning_rate);
-  });
-  r.Double("grad_clip_norm", &c.grad_clip_norm);
-  r.Integer("batch_size", &c.batch_size);
-  r.Integer("epochs", &c.epochs);
-  r.Integer("seed", &c.seed);
-  r.Double("validation_fraction", &c.validation_fraction);
-  r.Integer("patience", &c.patience);
-  r.String("warm_start_from", &c.warm_start_from);
-  r.Object("device", [&](ObjectReader& d) {
-    d.String("device", &c.device.device);
-    d.Integer("threads", &c.device.threads);
-  });
+  ReadFields(r, "", &c);
   r.Finish();
   if (!status.ok()) return status;
   return c;
 }
 
-nlohmann::json TrainConfigToJson(const TrainConfig& c) {
-  return {
-      {"member", c.member},
-      {"model", c.model},
-      {"loss", c.loss},
-      {"label_smoothing", c.label_smoothing},
-      {"classes", c.classes},
-      {"standardize", c.standardize},
-      {"optimizer",
-       {{"name", c.optimizer.name},
-        {"learning_rate", c.optimizer.learning_rate},
-        {"weight_decay", c.optimizer.weight_decay},
-        {"momentum", c.optimizer.momentum},
-        {"beta1", c.optimizer.beta1},
-        {"beta2", c.optimizer.beta2}}},
-      {"schedule",
-       {{"name", c.schedule.name},
-        {"warmup_epochs", c.schedule.warmup_epochs},
-        {"step_epochs", c.schedule.step_epochs},
-        {"gamma", c.schedule.gamma},
-        {"min_learning_rate", c.schedule.min_learning_rate}}},
-      {"grad_clip_norm", c.grad_clip_norm},
-      {"batch_size", c.batch_size},
-      {"epochs", c.epochs},
-      {"seed", c.seed},
-      {"validation_fraction", c.validation_fraction},
-      {"patience", c.patience},
-      {"warm_start_from", c.warm_start_from},
-      {"device", {{"device", c.device.device}, {"threads", c.device.threads}}},
-  };
+nlohmann::json TrainConfigToJson(const TrainConfig& config) {
+  TrainConfig copy = config;  // the table hands out pointers into a config it may write
+  json j = json::object();
+  for (const TrainConfigField& f : TrainConfigFields()) {
+    json* object = &j;
+    std::string rest = f.path;
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      object = &(*object)[rest.substr(0, dot)];
+    }
+    std::visit([&](const auto* value) { (*object)[rest] = *value; }, f.field(copy));
+  }
+  return j;
 }
 
 }  // namespace cohort::model

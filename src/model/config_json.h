@@ -1,6 +1,7 @@
 // TrainConfig <-> JSON: how a member's training settings travel in worker commands (and
-// come from the loop config). Field names are the TrainConfig field names; nested tables
-// "optimizer", "schedule" and "device" hold those structs' fields. Unknown keys are errors
+// come from the loop config). Field names are the TrainConfig field names, both ways read from
+// the one table of fields (TrainConfigFields(), train_config.h); nested objects "optimizer",
+// "schedule" and "device" hold those structs' fields. Unknown keys are errors
 // (they are almost always typos), named with their path: "member m2: config.optimizer.lr:
 // unknown field (did you mean learning_rate?)".
 //
@@ -10,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "model/member.h"
+#include "model/train_config.h"
 
 namespace cohort::model {
 

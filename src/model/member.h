@@ -1,7 +1,11 @@
-// Training, evaluating and predicting one ensemble member: the model part's public API.
+// Training, evaluating and predicting one ensemble member: the API of the model part's
+// libtorch half (library cohort_model).
 //
-// This header does not include libtorch, so the worker, the loop and the CLI compile in
-// seconds; the implementation (trainer.cc, network.cc, ...) is the only code that does.
+// This header does not include libtorch, so its users compile in seconds, but its functions
+// are implemented by the only code that does (trainer.cc, evaluate.cc, ...): include it only
+// from code that links cohort_model (the worker, `cohort-member`). Code that only describes a
+// member's training (the loop, the `cohort` CLI) includes model/train_config.h instead.
+//
 // Data always comes from a store snapshot through Table::GatherFeatures into buffers the
 // trainer owns; nothing copies a whole table.
 //
@@ -18,56 +22,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/train_config.h"
 #include "store/snapshot.h"
 
 namespace cohort::model {
-
-struct OptimizerConfig {
-  std::string name = "adam";  // adam | adamw | sgd
-  double learning_rate = 1e-3;
-  double weight_decay = 0.0;  // L2 for adam and sgd, decoupled for adamw
-  double momentum = 0.9;      // sgd
-  double beta1 = 0.9;         // adam, adamw
-  double beta2 = 0.999;
-};
-
-struct ScheduleConfig {
-  std::string name = "constant";  // constant | step | cosine
-  int64_t warmup_epochs = 0;      // linear warm-up from 0 over these epochs (stepwise)
-  int64_t step_epochs = 10;       // step: multiply by gamma every step_epochs
-  double gamma = 0.1;
-  double min_learning_rate = 0.0;  // cosine: the floor at the last epoch
-};
-
-struct DeviceConfig {
-  std::string device = "cpu";  // cpu | cuda | cuda:N
-  int threads = 1;             // intra-op threads on CPU
-};
-
-struct TrainConfig {
-  std::string member = "member";  // names the member in errors and events
-  std::string model;              // spec text (spec.h)
-  // Classification: cross_entropy. Regression: mse or gaussian_nll. "auto" picks
-  // cross_entropy for class labels and mse for vector labels.
-  std::string loss = "auto";
-  double label_smoothing = 0.0;
-  // Classification: the class count; 0 takes one more than the largest label in the table
-  // (give it when a class may be missing from a small training table).
-  int64_t classes = 0;
-  bool standardize = false;  // per-feature mean/std from the training table
-  OptimizerConfig optimizer;
-  ScheduleConfig schedule;
-  double grad_clip_norm = 0.0;  // 0: off
-  int64_t batch_size = 64;
-  int64_t epochs = 10;
-  uint64_t seed = 0;
-  double validation_fraction = 0.0;  // held out of the table (seeded), for early stopping
-  int64_t patience = 0;              // stop after this many epochs without a better val loss
-  // Continue from this checkpoint's weights and optimizer state instead of fresh
-  // initialisation (the member's previous round). Empty: fresh.
-  std::string warm_start_from;
-  DeviceConfig device;
-};
 
 struct Progress {
   int64_t epoch = 0;  // 1-based

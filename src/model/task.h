@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/member.h"
+#include "model/train_config.h"
 #include "store/snapshot.h"
 
 namespace cohort::model {

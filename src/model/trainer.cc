@@ -83,34 +83,351 @@ double LearningRate(const TrainConfig& c, double epoch_pos) {
   return base;
 }
 
+// Range checks come from the table of fields (train_config.h), the same rules the loop
+// config applies before a run starts.
 Status ValidateConfig(const TrainConfig& c) {
-  auto bad = [&](const std::string& field, const std::string& why) {
-    return Status::InvalidArgument("member " + c.member + ": " + field + " " + why);
-  };
-  if (c.optimizer.name != "adam" && c.optimizer.name != "adamw" && c.optimizer.name != "sgd") {
-    return bad("optimizer '" + c.optimizer.name + "'", "is unknown (adam, adamw, sgd)");
+  if (auto problem = CheckTrainConfig(c)) {
+    return Status::InvalidArgument("member " + c.member + ": " + problem->path + ": " +
+                                   problem->message);
   }
-  if (!(c.optimizer.learning_rate > 0)) return bad("learning_rate", "must be > 0");
-  if (c.optimizer.weight_decay < 0) return bad("weight_decay", "must be >= 0");
-  const auto& s = c.schedule.name;
-  if (s != "constant" && s != "step" && s != "cosine") {
-    return bad("schedule '" + s + "'", "is unknown (constant, step, cosine)");
-  }
-  if (c.schedule.step_epochs < 1) return bad("step_epochs", "must be >= 1");
-  if (c.schedule.warmup_epochs < 0) return bad("warmup_epochs", "must be >= 0");
-  if (c.batch_size < 1) return bad("batch_size", "must be >= 1");
-  if (c.epochs < 1) return bad("epochs", "must be >= 1");
-  if (c.validation_fraction < 0 || c.validation_fraction >= 1) {
-    return bad("validation_fraction", "must be in [0, 1)");
-  }
-  if (c.patience < 0) return bad("patience", "must be >= 0");
-  if (c.grad_clip_norm < 0) return bad("grad_clip_norm", "must be >= 0");
-  if (c.label_smoothing < 0 || c.label_smoothing >= 1) {
-    return bad("label_smoothing", "must be in [0, 1)");
-  }
-  if (c.device.threads < 1) return bad("threads", "must be >= 1");
   return Status::OK();
 }
+
+// What a run trains on and what it builds, worked out before any tensor exists.
+struct Plan {
+  const store::Table* table = nullptr;
+  MemberMeta meta;
+  ModelSpec spec;
+  torch::Device device{torch::kCPU};
+};
+
+Result<Plan> MakePlan(const store::Snapshot& snapshot, const std::string& table_name,
+                      const TrainConfig& config) {
+  COHORT_RETURN_IF_ERROR(ValidateConfig(config));
+  Plan plan;
+  COHORT_ASSIGN_OR_RETURN(plan.table, snapshot.table(table_name));
+  COHORT_ASSIGN_OR_RETURN(plan.meta, DescribeTask(*plan.table, config));
+  COHORT_ASSIGN_OR_RETURN(plan.spec, ParseModelSpec(config.model, config.member));
+  COHORT_RETURN_IF_ERROR(
+      InferShapes(plan.spec, plan.meta.input_shape, plan.meta.outputs, config.member).status());
+  COHORT_ASSIGN_OR_RETURN(plan.device, ParseDevice(config.device.device));
+  if (plan.table->size() == 0) {
+    return Status::InvalidArgument("member " + config.member + ": table " + table_name +
+                                   " is empty");
+  }
+  return plan;
+}
+
+struct Rows {
+  std::vector<uint64_t> train;
+  std::vector<uint64_t> validation;
+};
+
+// Validation rows are a seeded sample of the table, held out of training.
+Result<Rows> HoldOutValidationRows(const store::Table& table, const TrainConfig& config,
+                                   std::mt19937_64& rng) {
+  Rows rows;
+  SplitRows(table.size(), config.validation_fraction, rng, &rows.train, &rows.validation);
+  if (rows.train.empty()) {
+    return Status::InvalidArgument("member " + config.member +
+                                   ": no training rows left after "
+                                   "holding out the validation fraction");
+  }
+  return rows;
+}
+
+// Copies the weights (and, unless this round recomputes them, the standardisation
+// statistics) of the checkpoint a warm start continues from.
+Status CopyWarmStartWeights(const TrainConfig& config, const MemberMeta& meta, Network& net) {
+  COHORT_ASSIGN_OR_RETURN(LoadedCheckpoint previous,
+                          LoadCheckpoint(config.warm_start_from, torch::kCPU));
+  if (previous.meta.model != meta.model || previous.meta.input_shape != meta.input_shape ||
+      previous.meta.feature_dtype != meta.feature_dtype || previous.meta.outputs != meta.outputs ||
+      previous.meta.loss != meta.loss || previous.meta.standardize != meta.standardize) {
+    return Status::InvalidArgument("member " + config.member + ": cannot warm start from " +
+                                   config.warm_start_from + ": it holds model '" +
+                                   previous.meta.model +
+                                   "' (its spec, features, loss or standardisation differ)");
+  }
+  torch::NoGradGuard no_grad;
+  auto src = previous.net->named_parameters();
+  for (auto& p : net->named_parameters()) p.value().copy_(src[p.key()]);
+  auto src_buffers = previous.net->named_buffers();
+  for (auto& b : net->named_buffers()) {
+    // Standardisation statistics come from this round's data when asked for.
+    if (config.standardize && b.key().rfind("input_", 0) == 0) continue;
+    b.value().copy_(src_buffers[b.key()]);
+  }
+  return Status::OK();
+}
+
+// The network with its initial weights (seeded, or the warm start's), on the CPU.
+Result<Network> BuildNetwork(const Plan& plan, const Rows& rows, const TrainConfig& config) {
+  Network net(plan.spec, plan.meta.input_shape, plan.meta.outputs, plan.meta.standardize);
+  if (config.standardize) {
+    COHORT_ASSIGN_OR_RETURN(auto moments, FeatureMoments(*plan.table, rows.train, plan.meta));
+    net->SetStandardization(moments.first, moments.second);
+  }
+  if (!config.warm_start_from.empty()) {
+    COHORT_RETURN_IF_ERROR(CopyWarmStartWeights(config, plan.meta, net));
+  }
+  return net;
+}
+
+// Training steps per epoch. Batch normalisation cannot train on a batch of one sample: such
+// a last batch is left out.
+int64_t StepsPerEpoch(const ModelSpec& spec, uint64_t train_rows, uint64_t batch_size) {
+  bool has_batchnorm = false;
+  for (const auto& l : spec.layers) has_batchnorm |= l.kind == LayerKind::kBatchNorm;
+  int64_t steps = static_cast<int64_t>((train_rows + batch_size - 1) / batch_size);
+  if (has_batchnorm && steps > 1 && train_rows % batch_size == 1) steps--;
+  return steps;
+}
+
+// One training run from its first epoch to its best weights: the network and its
+// optimizer, the batch sources, the best epoch so far, and the result being filled in.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, const Plan& plan, const Rows& rows, Network net,
+              const ProgressFn& progress, double progress_interval_s,
+              const std::atomic<bool>* cancel)
+      : config_(config),
+        plan_(plan),
+        rows_(rows),
+        net_(std::move(net)),
+        progress_(progress),
+        progress_interval_s_(progress_interval_s),
+        cancel_(cancel),
+        loss_fn_(plan.meta, config.label_smoothing),
+        pipeline_(*plan.table, /*with_labels=*/true, config.batch_size),
+        steps_(StepsPerEpoch(plan.spec, rows.train.size(), config.batch_size)),
+        // On a GPU, reading the loss every step would wait for the device: the loss is summed
+        // on the device and read (and checked for NaN) when progress is reported and per
+        // epoch.
+        read_loss_each_step_(plan.device.is_cpu()) {
+    if (!rows_.validation.empty()) {
+      val_pipeline_ = std::make_unique<BatchPipeline>(*plan.table, /*with_labels=*/true,
+                                                      PassBatchRows(*plan.table, &plan.meta));
+    }
+  }
+
+  // Moves the network to the device and makes its optimizer (with the warm start's state).
+  Status Start() {
+    net_->to(plan_.device);
+    optimizer_ = MakeOptimizer(config_.optimizer, net_->parameters());
+    if (!config_.warm_start_from.empty()) {
+      COHORT_RETURN_IF_ERROR(
+          LoadOptimizerState(config_.warm_start_from, plan_.device, *optimizer_));
+    }
+    for (const auto& p : net_->parameters()) result_.parameters += p.numel();
+    return Status::OK();
+  }
+
+  // Every epoch, until the last or until the validation loss stops improving.
+  Status RunEpochs(std::mt19937_64& rng) {
+    const auto run_start = Clock::now();
+    for (int64_t epoch = 1; epoch <= config_.epochs; epoch++) {
+      const auto epoch_start = Clock::now();
+      COHORT_ASSIGN_OR_RETURN(EpochMetrics m, TrainEpoch(epoch, rng));
+      COHORT_RETURN_IF_ERROR(Validate(epoch, &m));
+      m.seconds = Seconds(epoch_start, Clock::now());
+      result_.epochs.push_back(m);
+      if (config_.patience > 0 && since_best_ >= config_.patience) {
+        result_.stopped_early = epoch < config_.epochs;
+        break;
+      }
+    }
+    result_.seconds = Seconds(run_start, Clock::now());
+    return Status::OK();
+  }
+
+  // Puts back the best epoch's weights and optimizer state when a later epoch was worse.
+  void RestoreBestEpoch() {
+    if (best_state_.empty() || result_.best_epoch == result_.epochs.back().epoch) return;
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (auto& p : net_->parameters()) p.copy_(best_state_[i++]);
+    for (auto& b : net_->buffers()) b.copy_(best_state_[i++]);
+    std::istringstream in(best_optimizer_);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in, plan_.device);
+    optimizer_->load(archive);
+  }
+
+  // The checkpoint's meta (with the training summary) and the checkpoint itself.
+  Result<TrainResult> WriteCheckpoint(const store::Snapshot& snapshot,
+                                      const std::string& table_name,
+                                      const std::string& checkpoint_path) {
+    MemberMeta meta = plan_.meta;
+    if (meta.loss == "mse") {
+      COHORT_ASSIGN_OR_RETURN(
+          meta.residual_variance,
+          ResidualVariance(net_, *plan_.table, rows_.train, meta, plan_.device));
+    }
+    meta.training = {{"store", snapshot.dir()},
+                     {"generation", snapshot.generation()},
+                     {"table", table_name},
+                     {"rows", rows_.train.size()},
+                     {"validation_rows", rows_.validation.size()},
+                     {"epochs", result_.epochs.size()},
+                     {"best_epoch", result_.best_epoch},
+                     {"seed", config_.seed},
+                     {"best_epoch_train_loss", result_.epochs[result_.best_epoch - 1].train_loss}};
+    if (Cancelled()) return Status::Aborted("member " + config_.member + ": cancelled");
+    net_->to(torch::kCPU);
+    COHORT_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path, meta, net_, optimizer_.get()));
+    result_.checkpoint = checkpoint_path;
+    return result_;
+  }
+
+ private:
+  // The running loss of an epoch: on the CPU summed step by step, on a GPU on the device.
+  struct EpochLoss {
+    double sum = 0;
+    torch::Tensor device_sum;
+    int64_t seen = 0;  // samples
+  };
+
+  // One pass over the training rows, in an order drawn from `rng`.
+  Result<EpochMetrics> TrainEpoch(int64_t epoch, std::mt19937_64& rng) {
+    const auto epoch_start = Clock::now();
+    auto last_report = epoch_start;
+    net_->train();
+    pipeline_.Start(Shuffled(rows_.train, rng));
+    EpochLoss loss;
+    loss.device_sum = torch::zeros({}, torch::TensorOptions().device(plan_.device));
+    double lr = 0;
+    for (int64_t step = 1;; step++) {
+      auto t0 = Clock::now();
+      COHORT_ASSIGN_OR_RETURN(auto batch, pipeline_.Next());
+      if (!batch) break;
+      if (Cancelled()) return Status::Aborted("member " + config_.member + ": cancelled");
+      if (step > steps_) continue;  // the single-sample batch batchnorm cannot use
+      // Warm-up reaches the base rate at the end of its last step.
+      lr = LearningRate(config_, static_cast<double>(epoch - 1) +
+                                     static_cast<double>(step) / static_cast<double>(steps_));
+      COHORT_RETURN_IF_ERROR(Step(*batch, lr, epoch, step, t0, &loss));
+      auto now = Clock::now();
+      const bool report = Seconds(last_report, now) >= progress_interval_s_ || step == steps_;
+      if (report && !read_loss_each_step_) {
+        loss.sum = loss.device_sum.item<double>();
+        COHORT_RETURN_IF_ERROR(CheckFinite(loss.sum, epoch, step));
+      }
+      if (progress_ && report) {
+        last_report = now;
+        double elapsed = Seconds(epoch_start, now);
+        progress_({epoch, config_.epochs, step, steps_, loss.sum / static_cast<double>(loss.seen),
+                   elapsed > 0 ? static_cast<double>(loss.seen) / elapsed : 0.0, lr});
+      }
+    }
+    if (!read_loss_each_step_) {
+      loss.sum = loss.device_sum.item<double>();
+      COHORT_RETURN_IF_ERROR(CheckFinite(loss.sum, epoch, steps_));
+    }
+    result_.samples += static_cast<uint64_t>(loss.seen);
+    EpochMetrics m;
+    m.epoch = epoch;
+    m.train_loss = loss.sum / static_cast<double>(std::max<int64_t>(loss.seen, 1));
+    m.learning_rate = lr;
+    return m;
+  }
+
+  // One optimizer step on `batch` at learning rate `lr`; `t0` is when fetching it began.
+  Status Step(const BatchPipeline::Batch& batch, double lr, int64_t epoch, int64_t step,
+              Clock::time_point t0, EpochLoss* loss_so_far) {
+    auto [x, y] = BatchTensors(batch, plan_.meta, plan_.device);
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    auto t1 = Clock::now();
+    torch::Tensor loss = loss_fn_(net_->forward(x), y);
+    auto t2 = Clock::now();
+    optimizer_->zero_grad();
+    loss.backward();
+    auto t3 = Clock::now();
+    if (config_.grad_clip_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(net_->parameters(), config_.grad_clip_norm);
+    }
+    optimizer_->step();
+    if (read_loss_each_step_) {
+      const double value = loss.item<double>();
+      COHORT_RETURN_IF_ERROR(CheckFinite(value, epoch, step));
+      loss_so_far->sum += value * static_cast<double>(batch.size);
+    } else {
+      loss_so_far->device_sum += loss.detach() * static_cast<double>(batch.size);
+    }
+    auto t4 = Clock::now();
+    result_.step_times.data += Seconds(t0, t1);
+    result_.step_times.forward += Seconds(t1, t2);
+    result_.step_times.backward += Seconds(t2, t3);
+    result_.step_times.optimizer += Seconds(t3, t4);
+    loss_so_far->seen += batch.size;
+    return Status::OK();
+  }
+
+  // The validation loss (and accuracy) after `epoch`; keeps the best epoch's state. Without
+  // validation rows every epoch is the best so far.
+  Status Validate(int64_t epoch, EpochMetrics* m) {
+    if (rows_.validation.empty()) {
+      result_.best_epoch = epoch;
+      return Status::OK();
+    }
+    COHORT_ASSIGN_OR_RETURN(
+        auto val, ValidationLoss(net_, loss_fn_, *val_pipeline_, rows_.validation, plan_.meta,
+                                 plan_.device, cancel_));
+    m->val_loss = val.first;
+    if (plan_.meta.classification()) m->val_accuracy = val.second;
+    if (val.first < best_val_) {
+      best_val_ = val.first;
+      since_best_ = 0;
+      result_.best_epoch = epoch;
+      KeepBest();
+    } else {
+      since_best_++;
+    }
+    return Status::OK();
+  }
+
+  // The weights and optimizer state are kept together so a warm start from this checkpoint
+  // continues from a consistent point.
+  void KeepBest() {
+    best_state_.clear();
+    for (const auto& p : net_->parameters()) best_state_.push_back(p.detach().clone());
+    for (const auto& b : net_->buffers()) best_state_.push_back(b.detach().clone());
+    torch::serialize::OutputArchive archive;
+    optimizer_->save(archive);
+    std::ostringstream out;
+    archive.save_to(out);
+    best_optimizer_ = out.str();
+  }
+
+  bool Cancelled() const { return cancel_ != nullptr && cancel_->load(); }
+
+  Status CheckFinite(double value, int64_t epoch, int64_t step) const {
+    if (std::isfinite(value)) return Status::OK();
+    return Status::InvalidArgument(
+        "member " + config_.member + ": loss became " + std::to_string(value) + " at epoch " +
+        std::to_string(epoch) + (read_loss_each_step_ ? " step " : " by step ") +
+        std::to_string(step) + " (lower the learning rate or clip gradients)");
+  }
+
+  const TrainConfig& config_;
+  const Plan& plan_;
+  const Rows& rows_;
+  Network net_;
+  const ProgressFn& progress_;
+  const double progress_interval_s_;
+  const std::atomic<bool>* const cancel_;
+  LossFn loss_fn_;
+  BatchPipeline pipeline_;
+  std::unique_ptr<BatchPipeline> val_pipeline_;
+  const int64_t steps_;
+  const bool read_loss_each_step_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  TrainResult result_;
+  double best_val_ = INFINITY;
+  int64_t since_best_ = 0;
+  std::vector<torch::Tensor> best_state_;
+  std::string best_optimizer_;
+};
 
 }  // namespace
 
@@ -119,225 +436,20 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
                           const ProgressFn& progress, double progress_interval_s,
                           const std::atomic<bool>* cancel) {
   TuneAllocator();
-  COHORT_RETURN_IF_ERROR(ValidateConfig(config));
-  COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
-  COHORT_ASSIGN_OR_RETURN(MemberMeta meta, DescribeTask(*table, config));
-  COHORT_ASSIGN_OR_RETURN(ModelSpec spec, ParseModelSpec(config.model, config.member));
-  COHORT_RETURN_IF_ERROR(InferShapes(spec, meta.input_shape, meta.outputs, config.member).status());
-  COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(config.device.device));
-  if (table->size() == 0) {
-    return Status::InvalidArgument("member " + config.member + ": table " + table_name +
-                                   " is empty");
-  }
-
+  COHORT_ASSIGN_OR_RETURN(const Plan plan, MakePlan(snapshot, table_name, config));
   return GuardTorch("member " + config.member, [&]() -> Result<TrainResult> {
+    // The seeds first: everything below that draws (the validation split, the initial
+    // weights, each epoch's order, dropout) draws in this order on every run.
     SetThreads(config.device.threads);
     torch::manual_seed(config.seed);
     std::mt19937_64 rng(config.seed);
-
-    // Validation rows are a seeded sample of the table, held out of training.
-    std::vector<uint64_t> train_rows;
-    std::vector<uint64_t> val_rows;
-    SplitRows(table->size(), config.validation_fraction, rng, &train_rows, &val_rows);
-    if (train_rows.empty()) {
-      return Status::InvalidArgument("member " + config.member +
-                                     ": no training rows left after "
-                                     "holding out the validation fraction");
-    }
-
-    Network net(spec, meta.input_shape, meta.outputs, meta.standardize);
-    if (config.standardize) {
-      COHORT_ASSIGN_OR_RETURN(auto moments, FeatureMoments(*table, train_rows, meta));
-      net->SetStandardization(moments.first, moments.second);
-    }
-    if (!config.warm_start_from.empty()) {
-      COHORT_ASSIGN_OR_RETURN(LoadedCheckpoint previous,
-                              LoadCheckpoint(config.warm_start_from, torch::kCPU));
-      if (previous.meta.model != meta.model || previous.meta.input_shape != meta.input_shape ||
-          previous.meta.feature_dtype != meta.feature_dtype ||
-          previous.meta.outputs != meta.outputs || previous.meta.loss != meta.loss ||
-          previous.meta.standardize != meta.standardize) {
-        return Status::InvalidArgument("member " + config.member + ": cannot warm start from " +
-                                       config.warm_start_from + ": it holds model '" +
-                                       previous.meta.model +
-                                       "' (its spec, features, loss or standardisation differ)");
-      }
-      torch::NoGradGuard no_grad;
-      auto src = previous.net->named_parameters();
-      for (auto& p : net->named_parameters()) p.value().copy_(src[p.key()]);
-      auto src_buffers = previous.net->named_buffers();
-      for (auto& b : net->named_buffers()) {
-        // Standardisation statistics come from this round's data when asked for.
-        if (config.standardize && b.key().rfind("input_", 0) == 0) continue;
-        b.value().copy_(src_buffers[b.key()]);
-      }
-    }
-    net->to(device);
-    auto optimizer = MakeOptimizer(config.optimizer, net->parameters());
-    if (!config.warm_start_from.empty()) {
-      COHORT_RETURN_IF_ERROR(LoadOptimizerState(config.warm_start_from, device, *optimizer));
-    }
-
-    TrainResult result;
-    for (const auto& p : net->parameters()) result.parameters += p.numel();
-    LossFn loss_fn(meta, config.label_smoothing);
-    BatchPipeline pipeline(*table, /*with_labels=*/true, config.batch_size);
-    std::unique_ptr<BatchPipeline> val_pipeline;
-    if (!val_rows.empty()) {
-      val_pipeline =
-          std::make_unique<BatchPipeline>(*table, /*with_labels=*/true, PassBatchRows(*table, &meta));
-    }
-    // Batch normalisation cannot train on a batch of one sample: such a last batch is skipped.
-    bool has_batchnorm = false;
-    for (const auto& l : spec.layers) has_batchnorm |= l.kind == LayerKind::kBatchNorm;
-    const auto batch_size = static_cast<uint64_t>(config.batch_size);
-    int64_t steps = static_cast<int64_t>((train_rows.size() + batch_size - 1) / batch_size);
-    if (has_batchnorm && steps > 1 && train_rows.size() % batch_size == 1) steps--;
-    // On a GPU, reading the loss every step would wait for the device: the loss is summed on
-    // the device and read (and checked for NaN) when progress is reported and per epoch.
-    const bool read_loss_each_step = device.is_cpu();
-    double best_val = INFINITY;
-    int64_t since_best = 0;
-    // The best epoch's weights and optimizer state, kept together so a warm start from this
-    // checkpoint continues from a consistent point.
-    std::vector<torch::Tensor> best_state;
-    std::string best_optimizer;
-    auto keep_best = [&] {
-      best_state.clear();
-      for (const auto& p : net->parameters()) best_state.push_back(p.detach().clone());
-      for (const auto& b : net->buffers()) best_state.push_back(b.detach().clone());
-      torch::serialize::OutputArchive archive;
-      optimizer->save(archive);
-      std::ostringstream out;
-      archive.save_to(out);
-      best_optimizer = out.str();
-    };
-    auto cancelled = [&] { return cancel != nullptr && cancel->load(); };
-    auto check_finite = [&](double value, int64_t epoch, int64_t step) -> Status {
-      if (std::isfinite(value)) return Status::OK();
-      return Status::InvalidArgument(
-          "member " + config.member + ": loss became " + std::to_string(value) + " at epoch " +
-          std::to_string(epoch) + (read_loss_each_step ? " step " : " by step ") +
-          std::to_string(step) + " (lower the learning rate or clip gradients)");
-    };
-
-    const auto run_start = Clock::now();
-    for (int64_t epoch = 1; epoch <= config.epochs; epoch++) {
-      const auto epoch_start = Clock::now();
-      auto last_report = epoch_start;
-      net->train();
-      pipeline.Start(Shuffled(train_rows, rng));
-      double loss_sum = 0;
-      torch::Tensor device_loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
-      int64_t seen = 0;
-      double lr = 0;
-      for (int64_t step = 1;; step++) {
-        auto t0 = Clock::now();
-        COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
-        if (!batch) break;
-        if (cancelled()) return Status::Aborted("member " + config.member + ": cancelled");
-        if (step > steps) continue;  // the single-sample batch batchnorm cannot use
-        auto [x, y] = BatchTensors(*batch, meta, device);
-        // Warm-up reaches the base rate at the end of its last step.
-        lr = LearningRate(config, static_cast<double>(epoch - 1) +
-                                      static_cast<double>(step) / static_cast<double>(steps));
-        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-        auto t1 = Clock::now();
-        torch::Tensor loss = loss_fn(net->forward(x), y);
-        auto t2 = Clock::now();
-        optimizer->zero_grad();
-        loss.backward();
-        auto t3 = Clock::now();
-        if (config.grad_clip_norm > 0) {
-          torch::nn::utils::clip_grad_norm_(net->parameters(), config.grad_clip_norm);
-        }
-        optimizer->step();
-        if (read_loss_each_step) {
-          const double value = loss.item<double>();
-          COHORT_RETURN_IF_ERROR(check_finite(value, epoch, step));
-          loss_sum += value * static_cast<double>(batch->size);
-        } else {
-          device_loss_sum += loss.detach() * static_cast<double>(batch->size);
-        }
-        auto t4 = Clock::now();
-        result.step_times.data += Seconds(t0, t1);
-        result.step_times.forward += Seconds(t1, t2);
-        result.step_times.backward += Seconds(t2, t3);
-        result.step_times.optimizer += Seconds(t3, t4);
-        seen += batch->size;
-        const bool report = Seconds(last_report, t4) >= progress_interval_s || step == steps;
-        if (report && !read_loss_each_step) {
-          loss_sum = device_loss_sum.item<double>();
-          COHORT_RETURN_IF_ERROR(check_finite(loss_sum, epoch, step));
-        }
-        if (progress && report) {
-          last_report = t4;
-          double elapsed = Seconds(epoch_start, t4);
-          progress({epoch, config.epochs, step, steps, loss_sum / static_cast<double>(seen),
-                    elapsed > 0 ? static_cast<double>(seen) / elapsed : 0.0, lr});
-        }
-      }
-      if (!read_loss_each_step) {
-        loss_sum = device_loss_sum.item<double>();
-        COHORT_RETURN_IF_ERROR(check_finite(loss_sum, epoch, steps));
-      }
-      result.samples += static_cast<uint64_t>(seen);
-      EpochMetrics m;
-      m.epoch = epoch;
-      m.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(seen, 1));
-      m.learning_rate = lr;
-      if (!val_rows.empty()) {
-        COHORT_ASSIGN_OR_RETURN(
-            auto val, ValidationLoss(net, loss_fn, *val_pipeline, val_rows, meta, device, cancel));
-        m.val_loss = val.first;
-        if (meta.classification()) m.val_accuracy = val.second;
-        if (val.first < best_val) {
-          best_val = val.first;
-          since_best = 0;
-          result.best_epoch = epoch;
-          keep_best();
-        } else {
-          since_best++;
-        }
-      } else {
-        result.best_epoch = epoch;
-      }
-      m.seconds = Seconds(epoch_start, Clock::now());
-      result.epochs.push_back(m);
-      if (config.patience > 0 && since_best >= config.patience) {
-        result.stopped_early = epoch < config.epochs;
-        break;
-      }
-    }
-    result.seconds = Seconds(run_start, Clock::now());
-    if (!best_state.empty() && result.best_epoch != result.epochs.back().epoch) {
-      torch::NoGradGuard no_grad;
-      size_t i = 0;
-      for (auto& p : net->parameters()) p.copy_(best_state[i++]);
-      for (auto& b : net->buffers()) b.copy_(best_state[i++]);
-      std::istringstream in(best_optimizer);
-      torch::serialize::InputArchive archive;
-      archive.load_from(in, device);
-      optimizer->load(archive);
-    }
-    if (meta.loss == "mse") {
-      COHORT_ASSIGN_OR_RETURN(meta.residual_variance,
-                              ResidualVariance(net, *table, train_rows, meta, device));
-    }
-    meta.training = {{"store", snapshot.dir()},
-                     {"generation", snapshot.generation()},
-                     {"table", table_name},
-                     {"rows", train_rows.size()},
-                     {"validation_rows", val_rows.size()},
-                     {"epochs", result.epochs.size()},
-                     {"best_epoch", result.best_epoch},
-                     {"seed", config.seed},
-                     {"best_epoch_train_loss", result.epochs[result.best_epoch - 1].train_loss}};
-    if (cancelled()) return Status::Aborted("member " + config.member + ": cancelled");
-    net->to(torch::kCPU);
-    COHORT_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path, meta, net, optimizer.get()));
-    result.checkpoint = checkpoint_path;
-    return result;
+    COHORT_ASSIGN_OR_RETURN(const Rows rows, HoldOutValidationRows(*plan.table, config, rng));
+    COHORT_ASSIGN_OR_RETURN(Network net, BuildNetwork(plan, rows, config));
+    TrainingRun run(config, plan, rows, std::move(net), progress, progress_interval_s, cancel);
+    COHORT_RETURN_IF_ERROR(run.Start());
+    COHORT_RETURN_IF_ERROR(run.RunEpochs(rng));
+    run.RestoreBestEpoch();
+    return run.WriteCheckpoint(snapshot, table_name, checkpoint_path);
   });
 }
 

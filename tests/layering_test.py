@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The parts of cohort include only what they may (docs/design.md, "Parts").
+
+Run by ctest as: /usr/bin/python3 tests/layering_test.py SOURCE_DIR
+
+Reads every #include in src/ and fails, naming each offending line, when
+  - a part includes a header of a part it must not depend on (PART_DEPS below);
+  - a file includes libtorch (<torch/...>, <ATen/...>, <c10/...>) without being a source of
+    the one target that links libtorch itself (cohort_model: network, checkpoint, tensors,
+    trainer, evaluate) or the header of such a source;
+  - a file of a target that does not link libtorch (the loop, the `cohort` CLI, the store,
+    cohort_model_core, ...) includes a header of the libtorch side: one of those sources'
+    headers, or model/member.h, the API cohort_model implements. Code that only describes
+    training includes model/train_config.h.
+Which targets link libtorch is read from src/*/CMakeLists.txt (add_library, add_executable,
+cohort_add_test, target_link_libraries), so moving a source between targets moves the rule.
+
+Before checking the tree it checks itself on a small tree with known violations, so a rule
+that silently stopped matching fails the test too.
+"""
+import os
+import re
+import sys
+import tempfile
+
+# What each part may include besides itself and the standard library. cli is the top: it may
+# include any part. Dependencies point one way (docs/design.md).
+PART_DEPS = {
+    "common": set(),
+    "store": {"common"},
+    "launch": {"common"},
+    "model": {"common", "store"},
+    "worker": {"common", "store", "model", "launch"},
+    "loop": {"common", "store", "launch", "model"},
+    "cli": {"common", "store", "launch", "model", "worker", "loop"},
+}
+TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*<(torch|ATen|c10)/")
+OUR_INCLUDE = re.compile(r'^\s*#\s*include\s*"(([a-z_]+)/[^"]+)"')
+# Headers of the libtorch side that have no source of their own: the functions member.h
+# declares are defined in trainer.cc and evaluate.cc.
+TORCH_API_HEADERS = {"src/model/member.h"}
+
+
+def cmake_targets(root):
+    """{target: (sources as paths from root, link items)} from src/*/CMakeLists.txt."""
+    targets = {}
+    src = os.path.join(root, "src")
+    for part in sorted(os.listdir(src)):
+        path = os.path.join(src, part, "CMakeLists.txt")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            text = re.sub(r"#[^\n]*", "", f.read())
+        for kind, args in re.findall(r"\b(add_library|add_executable|cohort_add_test|"
+                                     r"target_link_libraries)\s*\(([^)]*)\)", text):
+            words = args.split()
+            name, rest = words[0], words[1:]
+            sources, links = targets.setdefault(name, (set(), set()))
+            if kind == "target_link_libraries":
+                links.update(w for w in rest if w not in ("PUBLIC", "PRIVATE", "INTERFACE"))
+                continue
+            section = "SOURCES"
+            for w in rest:
+                if w in ("SOURCES", "LIBS"):
+                    section = w
+                elif section == "LIBS":
+                    links.add(w)
+                elif w.endswith(".cc"):
+                    sources.add(f"src/{part}/{w}")
+    return targets
+
+
+def torch_sides(targets):
+    """(files that may include libtorch, files of targets that link it at all)."""
+    direct = {t for t, (_, links) in targets.items() if "torch" in links}
+    linked = set(direct)
+    while True:
+        more = {t for t, (_, links) in targets.items() if links & linked} - linked
+        if not more:
+            break
+        linked |= more
+
+    def with_headers(names):
+        files = set()
+        for t in names:
+            for cc in targets[t][0]:
+                files |= {cc, cc[:-3] + ".h"}
+        return files
+
+    return with_headers(direct), with_headers(linked) | TORCH_API_HEADERS
+
+
+def check(root):
+    """Every violation in the tree at `root`, as 'path:line: message'."""
+    may_include_torch, torch_side = torch_sides(cmake_targets(root))
+    problems = []
+    src = os.path.join(root, "src")
+    for part in sorted(os.listdir(src)):
+        folder = os.path.join(src, part)
+        if part not in PART_DEPS:
+            continue
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith((".h", ".cc")):
+                continue
+            rel = f"src/{part}/{name}"
+            with open(os.path.join(folder, name), errors="replace") as f:
+                lines = f.readlines()
+            for number, line in enumerate(lines, 1):
+                where = f"{rel}:{number}: "
+                if TORCH_INCLUDE.match(line):
+                    if rel not in may_include_torch:
+                        problems.append(where + f"includes libtorch ({line.strip()}); only "
+                                        "cohort_model's sources and their headers may")
+                    continue
+                m = OUR_INCLUDE.match(line)
+                if not m:
+                    continue
+                header, other = f"src/{m.group(1)}", m.group(2)
+                if other not in PART_DEPS:
+                    continue
+                if other != part and other not in PART_DEPS[part]:
+                    problems.append(where + f'includes "{m.group(1)}": {part} must not depend '
+                                    f"on {other}")
+                elif header in torch_side and rel not in torch_side:
+                    hint = " (model/train_config.h has TrainConfig)" if header.endswith(
+                        "/member.h") else ""
+                    problems.append(where + f'includes "{m.group(1)}", a header of the libtorch '
+                                    f"side, but its target does not link libtorch{hint}")
+    return problems
+
+
+def write(root, rel, text):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def self_test():
+    """The rules catch each kind of violation in a small tree, and pass a clean one."""
+    with tempfile.TemporaryDirectory() as root:
+        write(root, "src/model/CMakeLists.txt",
+              "add_library(cohort_model_core STATIC spec.cc)\n"
+              "add_library(cohort_model STATIC network.cc)\n"
+              "target_link_libraries(cohort_model PUBLIC cohort_model_core PRIVATE torch)\n")
+        write(root, "src/worker/CMakeLists.txt",
+              "add_library(cohort_worker STATIC worker.cc)\n"
+              "target_link_libraries(cohort_worker PUBLIC cohort_model)\n")
+        write(root, "src/loop/CMakeLists.txt",
+              "add_library(cohort_loop STATIC config.cc)  # no torch\n"
+              "cohort_add_test(config_test SOURCES config_test.cc LIBS cohort_loop)\n")
+        write(root, "src/model/network.h", "#include <torch/torch.h>\n")
+        write(root, "src/model/network.cc", '#include "model/network.h"\n#include <ATen/ATen.h>\n')
+        write(root, "src/model/member.h", '#include "model/train_config.h"\n')
+        write(root, "src/model/train_config.h", "#include <string>\n")
+        write(root, "src/worker/worker.cc", '#include "model/member.h"\n')
+        clean = check(root)
+        assert clean == [], clean
+        write(root, "src/model/spec.cc", "#include <c10/util/Half.h>\n")
+        write(root, "src/worker/worker.h", "#include <torch/torch.h>\n")
+        write(root, "src/loop/config.h", '#include "model/member.h"\n#include "cli/run_cli.h"\n')
+        write(root, "src/loop/config_test.cc", '#include "model/network.h"\n')
+        write(root, "src/model/spec.h", '#include "loop/config.h"\n#include "launch/device.h"\n')
+        write(root, "src/common/status.h", '#include "store/env.h"\n')
+        expected = [
+            "src/common/status.h:1: includes \"store/env.h\": common must not depend on store",
+            "src/loop/config.h:1: includes \"model/member.h\", a header of the libtorch side",
+            "src/loop/config.h:2: includes \"cli/run_cli.h\": loop must not depend on cli",
+            "src/loop/config_test.cc:1: includes \"model/network.h\", a header of the libtorch",
+            "src/model/spec.cc:1: includes libtorch",
+            "src/model/spec.h:1: includes \"loop/config.h\": model must not depend on loop",
+            "src/model/spec.h:2: includes \"launch/device.h\": model must not depend on launch",
+            "src/worker/worker.h:1: includes libtorch",
+        ]
+        found = check(root)
+        assert len(found) == len(expected), "\n".join(found)
+        for problem, start in zip(found, expected):
+            assert problem.startswith(start), (problem, start)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: layering_test.py SOURCE_DIR")
+    self_test()
+    problems = check(sys.argv[1])
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} include(s) break the layering (docs/design.md, \"Parts\")")
+        sys.exit(1)
+    print("layering: ok")
+
+
+if __name__ == "__main__":
+    main()
