@@ -30,8 +30,14 @@ class FakeWorker : public FakeProcessHost::Program {
       }
     }
     for (const std::string& line : options_.stray_lines) p.Log(line);
-    p.Event({{"ev", protocol::ev::kHello}, {"version", options_.hello_version}, {"pid", p.pid()}},
-            options_.start_time);
+    json hello = {{"ev", protocol::ev::kHello},
+                  {"version", options_.hello_version},
+                  {"pid", p.pid()},
+                  {"hostname", "fake-node"}};
+    for (const auto& [name, value] : p.spec().env) {
+      if (name == "CUDA_VISIBLE_DEVICES") hello["cuda_visible_devices"] = value;
+    }
+    p.Event(std::move(hello), options_.start_time);
     p.After(options_.start_time, [this, &p] { Beat(p); });
   }
 

@@ -47,11 +47,13 @@ constexpr const char* kAttemptsColumns = R"sql((
   checkpoint       TEXT,
   log_path         TEXT,
   predictions_json TEXT CHECK (predictions_json IS NULL OR json_valid(predictions_json)),
+  node             TEXT,
+  gpus             TEXT,
   UNIQUE (run_id, round, member, attempt),
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 ))sql";
 
-// The schema (version 2). docs/journal.md documents every column; keep the two in step.
+// The schema (version 3). docs/journal.md documents every column; keep the two in step.
 constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
@@ -127,13 +129,21 @@ CREATE TABLE acquisitions (
 // foreign keys off, so the epochs pointing at its rows are left alone).
 constexpr const char* kMigrateV1ToV2Template = R"sql(
 CREATE TABLE attempts_v2 {attempts};
-INSERT INTO attempts_v2 SELECT id, run_id, round, member, attempt, device, pid,
+INSERT INTO attempts_v2 (id, run_id, round, member, attempt, device, pid, status, exit,
+  started_at, ended_at, metrics_json, checkpoint, log_path, predictions_json)
+  SELECT id, run_id, round, member, attempt, device, pid,
   CASE WHEN status = 'killed' AND (exit LIKE 'interrupted%' OR exit LIKE 'the controller%')
        THEN 'interrupted' ELSE status END,
   exit, started_at, ended_at, metrics_json, checkpoint, log_path, predictions_json
   FROM attempts;
 DROP TABLE attempts;
 ALTER TABLE attempts_v2 RENAME TO attempts;
+)sql";
+
+// Version 3 added where an attempt ran: the node and the GPU ids its worker saw.
+constexpr const char* kMigrateV2ToV3 = R"sql(
+ALTER TABLE attempts ADD COLUMN node TEXT;
+ALTER TABLE attempts ADD COLUMN gpus TEXT;
 )sql";
 
 // `sql` with its {attempts} replaced by the attempts table's columns.
@@ -151,7 +161,7 @@ std::string WithAttemptsColumns(std::string sql) {
 
 #define COHORT_ATTEMPT_COLUMNS                                                            \
   "id, run_id, round, member, attempt, device, pid, status, exit, started_at, ended_at, " \
-  "metrics_json, checkpoint, log_path, predictions_json"
+  "metrics_json, checkpoint, log_path, predictions_json, node, gpus"
 
 }  // namespace
 
@@ -366,12 +376,16 @@ Status Journal::CreateOrUpgradeSchema() {
     }
   }
   if (version == 1) {
+    // The rebuilt table has every column of the current version.
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kMigrateV1ToV2Template).c_str(),
                                 "upgrade the journal from schema version 1"));
+  } else if (version == 2) {
+    COHORT_RETURN_IF_ERROR(Exec(kMigrateV2ToV3, "upgrade the journal from schema version 2"));
   } else {
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
-  COHORT_RETURN_IF_ERROR(Exec("PRAGMA user_version=2", "set the schema version"));
+  COHORT_RETURN_IF_ERROR(Exec(("PRAGMA user_version=" + std::to_string(kJournalSchemaVersion)).c_str(),
+                              "set the schema version"));
   return txn.Commit();
 }
 
@@ -548,6 +562,23 @@ Result<int64_t> Journal::BeginAttempt(const AttemptStart& a) {
   int64_t id = sqlite3_last_insert_rowid(db_);
   COHORT_RETURN_IF_ERROR(txn.Commit());
   return id;
+}
+
+Status Journal::SetAttemptPlacement(int64_t attempt_id, const std::string& node,
+                                    const std::string& gpus) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "set attempt placement";
+  Txn txn(this);
+  COHORT_RETURN_IF_ERROR(txn.Begin(purpose));
+  COHORT_STMT_(st, "UPDATE attempts SET node = ?, gpus = ? WHERE id = ?", purpose);
+  st.TextOrNull(1, node);
+  st.TextOrNull(2, gpus);
+  st.Int(3, attempt_id);
+  COHORT_RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return Status::NotFound(path_ + ": " + purpose + ": no attempt " + std::to_string(attempt_id));
+  }
+  return txn.Commit();
 }
 
 Status Journal::SetAttemptPid(int64_t attempt_id, int64_t pid) {
@@ -776,6 +807,8 @@ Result<std::vector<AttemptRecord>> Journal::AttemptsOfRound(int64_t run_id, int6
     a.checkpoint = st.ColOptText(12);
     a.log_path = st.ColOptText(13);
     a.predictions_json = st.ColOptText(14);
+    a.node = st.ColOptText(15);
+    a.gpus = st.ColOptText(16);
     out.push_back(std::move(a));
   }
   return out;

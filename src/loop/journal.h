@@ -41,7 +41,7 @@ struct sqlite3_stmt;
 namespace cohort::loop {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-inline constexpr int kJournalSchemaVersion = 2;
+inline constexpr int kJournalSchemaVersion = 3;
 
 enum class RunStatus { kRunning, kFinished, kFailed, kStopped };
 enum class RoundStatus {
@@ -160,6 +160,8 @@ struct AttemptRecord {
   std::optional<std::string> checkpoint;
   std::optional<std::string> log_path;
   std::optional<std::string> predictions_json;
+  std::optional<std::string> node;  // the host its worker ran on
+  std::optional<std::string> gpus;  // the CUDA_VISIBLE_DEVICES its worker saw
 };
 
 struct EpochRecord {
@@ -217,6 +219,9 @@ class Journal {
   // Records a running attempt; returns its id. AlreadyExists for a repeated
   // (run, round, member, attempt).
   Result<int64_t> BeginAttempt(const AttemptStart& attempt);
+  // Where the attempt runs: its worker's host name and the GPU ids it sees (empty: none), as
+  // its `hello` said.
+  Status SetAttemptPlacement(int64_t attempt_id, const std::string& node, const std::string& gpus);
   Status SetAttemptPid(int64_t attempt_id, int64_t pid);
   Status FinishAttempt(int64_t attempt_id, const AttemptEnd& end);
   // Appends epoch rows to an attempt, all in one transaction.

@@ -580,7 +580,7 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
 
   auto j = MustOpen(path);
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), "2");
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   auto attempts = j->AttemptsOfRound(1, 0);
   ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
   std::map<std::string, AttemptStatus> status;
@@ -597,6 +597,38 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
   end.status = AttemptStatus::kInterrupted;
   end.exit = "interrupted (Ctrl-C)";
   EXPECT_TRUE(j->FinishAttempt(id, end).ok());
+  EXPECT_TRUE(j->SetAttemptPlacement(id, "node7", "2").ok());
+}
+
+// Version 2 journals get the placement columns.
+TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    int64_t run = *j->StartRun(SampleRun());
+    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
+    ASSERT_TRUE(j->BeginAttempt(AttemptStart{run, 0, "a", 1, "cpu:0", 0, ""}).ok());
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const char* to_v2 =
+      "ALTER TABLE attempts DROP COLUMN node; ALTER TABLE attempts DROP COLUMN gpus; "
+      "PRAGMA user_version = 2;";
+  ASSERT_EQ(sqlite3_exec(raw, to_v2, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  auto j = MustOpen(path);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
+  auto before = j->AttemptsOfRound(1, 0);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->size(), 1u);
+  EXPECT_FALSE((*before)[0].node.has_value());
+  ASSERT_TRUE(j->SetAttemptPlacement((*before)[0].id, "gpu-node-3", "0,1").ok());
+  auto after = *j->AttemptsOfRound(1, 0);
+  EXPECT_EQ(after[0].node.value_or(""), "gpu-node-3");
+  EXPECT_EQ(after[0].gpus.value_or(""), "0,1");
+  EXPECT_FALSE(j->SetAttemptPlacement(999, "x", "").ok());
 }
 
 }  // namespace

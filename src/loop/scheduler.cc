@@ -60,6 +60,8 @@ struct Scheduler::Slot {
   std::string name;
   std::optional<ProcessId> worker;
   bool ready = false;    // hello received
+  std::string node;      // the worker's host, from its hello
+  std::string gpus;      // the CUDA_VISIBLE_DEVICES it saw, from its hello
   std::string log_path;  // relative
   std::optional<Attempt> attempt;
   Clock::time_point idle_since;
@@ -255,6 +257,10 @@ Status Scheduler::JournalStart(Slot& slot, int64_t pid, const std::string& log_p
   return Status::OK();
 }
 
+Status Scheduler::JournalPlacement(const Slot& slot) {
+  return journal_->SetAttemptPlacement(slot.attempt->id, slot.node, slot.gpus);
+}
+
 Status Scheduler::StartNativeAttempt(Slot& slot) {
   Attempt& a = *slot.attempt;
   Status spawned = slot.worker ? Status::OK() : SpawnWorker(slot);
@@ -274,7 +280,9 @@ Status Scheduler::StartNativeAttempt(Slot& slot) {
   if (ec) a.log_offset = 0;
 
   COHORT_RETURN_IF_ERROR(JournalStart(slot, host_->Pid(*slot.worker), slot.log_path));
-  if (slot.ready) return SendNext(slot);
+  if (!slot.ready) return Status::OK();  // the worker's hello sends the first command
+  COHORT_RETURN_IF_ERROR(JournalPlacement(slot));
+  return SendNext(slot);
   return Status::OK();
 }
 
@@ -353,6 +361,9 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
       return;
     }
     slot.ready = true;
+    slot.node = JsonStringField(event, "hostname");
+    slot.gpus = JsonStringField(event, "cuda_visible_devices");
+    if (native_attempt && fatal_.ok()) fatal_ = JournalPlacement(slot);
     if (native_attempt && fatal_.ok()) fatal_ = SendNext(slot);
     return;
   }

@@ -139,6 +139,8 @@ class Scheduler {
   Status StartAttempt(Slot& slot, MemberTask task);
   // Journals the slot's attempt as started (its id is the journal's) and reports it.
   Status JournalStart(Slot& slot, int64_t pid, const std::string& log_path);
+  // Journals where the slot's worker runs (its hello's host and GPUs) for its attempt.
+  Status JournalPlacement(const Slot& slot);
   Status StartNativeAttempt(Slot& slot);
   Status StartScript(Slot& slot);
   Status SpawnWorker(Slot& slot);

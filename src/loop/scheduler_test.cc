@@ -112,6 +112,8 @@ TEST_F(SchedulerTest, EveryMemberFinishesOnPersistentWorkers) {
   for (auto& [name, a] : Attempts()) {
     EXPECT_EQ(a.status, AttemptStatus::kDone) << name;
     EXPECT_EQ(a.exit.value_or(""), "done");
+    EXPECT_EQ(a.node.value_or(""), "fake-node") << name;  // from the worker's hello
+    EXPECT_FALSE(a.gpus.has_value()) << name;  // CPU devices: no GPU
   }
   EXPECT_EQ(WorkersStarted(), 2u);  // one per device, reused by the third member
   // Start 0.3 s, then per member 2 s training and 2 x 0.2 s predicting: the device that ran

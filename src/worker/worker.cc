@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -583,6 +584,10 @@ int RunWorker(const WorkerOptions& options) {
                  {"torch", model::TorchVersion()},
                  {"cuda_devices", model::CudaDeviceCount()},
                  {"hostname", Hostname()}};
+  // The GPUs this process was given (by the launcher, or by Slurm through GRES): journalled.
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    hello["cuda_visible_devices"] = visible;
+  }
   if (!channel.Emit(hello)) {
     ::close(wake[0]);
     ::close(wake[1]);
