@@ -454,7 +454,26 @@ void ParseStore(Errors* e, Reader& r, const fs::path& base, StoreConfig* store) 
 
 // `devices` and how workers use them: threads_per_cpu_device, members_per_device, launcher.
 void ParseDevices(Errors* e, Reader& r, LoopConfig* c) {
-  if (const TV* d = r.Get("devices"); d != nullptr && r.ok()) {
+  std::string launcher;
+  if (r.String("launcher", &launcher)) {
+    if (launcher == "local") {
+      c->launcher = Launcher::kLocal;
+    } else if (launcher == "slurm") {
+      c->launcher = Launcher::kSlurm;
+    } else {
+      r.Fail("launcher", "unknown launcher '" + launcher + "' (local, slurm)");
+    }
+  }
+  if (c->launcher == Launcher::kSlurm) {
+    // Slurm places the steps: the slots come from the allocation, or slurm.slots outside one.
+    const TV* d = r.Get("devices");
+    if (d != nullptr && !(d->is_string() && d->as_string().str == "auto")) {
+      r.Fail("devices",
+             "with launcher = \"slurm\" devices must be \"auto\" (Slurm places "
+             "the steps; set slurm.slots to run outside an allocation)");
+    }
+    c->devices_auto = true;
+  } else if (const TV* d = r.Get("devices"); d != nullptr && r.ok()) {
     if (d->is_string()) {
       if (d->as_string().str != "auto") {
         r.Fail("devices",
@@ -492,16 +511,50 @@ void ParseDevices(Errors* e, Reader& r, LoopConfig* c) {
     c->threads_per_cpu_device = static_cast<int>(std::min<int64_t>(n, 4096));
   if (r.Int("members_per_device", &n, 1))
     c->members_per_device = static_cast<int>(std::min<int64_t>(n, 4096));
-  std::string launcher;
-  if (r.String("launcher", &launcher)) {
-    if (launcher == "local") {
-      c->launcher = Launcher::kLocal;
-    } else if (launcher == "slurm") {
-      c->launcher = Launcher::kSlurm;
-    } else {
-      r.Fail("launcher", "unknown launcher '" + launcher + "' (local, slurm)");
+}
+
+// [slurm]: how each worker step is requested (launch/slurm.h, docs/slurm.md).
+void ParseSlurm(Errors* e, Reader& r, LoopConfig* c) {
+  const TV* t = r.Table("slurm");
+  if (t != nullptr && c->launcher != Launcher::kSlurm) {
+    r.Fail("slurm", "a [slurm] table needs launcher = \"slurm\"");
+    return;
+  }
+  Reader s(e, t, "slurm.", t ? LineOf(*t) : 1,
+           {"partition", "account", "qos", "time", "constraint", "mem", "cpus_per_member",
+            "gpus_per_member", "srun_args", "queue_timeout_s", "slots"});
+  launch::SlurmOptions& o = c->slurm;
+  s.String("partition", &o.partition);
+  s.String("account", &o.account);
+  s.String("qos", &o.qos);
+  s.String("time", &o.time);
+  s.String("constraint", &o.constraint);
+  s.String("mem", &o.mem);
+  int64_t n = 0;
+  if (s.Int("cpus_per_member", &n, 1))
+    o.cpus_per_member = static_cast<int>(std::min<int64_t>(n, 4096));
+  if (s.Int("gpus_per_member", &n, 0))
+    o.gpus_per_member = static_cast<int>(std::min<int64_t>(n, 64));
+  if (s.Int("slots", &n, 1)) o.slots = static_cast<int>(std::min<int64_t>(n, 100000));
+  if (s.Number("queue_timeout_s", &o.queue_timeout_s) &&
+      !(o.queue_timeout_s > 0 && o.queue_timeout_s <= 1e7)) {
+    s.Fail("queue_timeout_s", "must be > 0 and at most 1e7 seconds");
+  }
+  if (const TV* args = s.Get("srun_args"); args != nullptr && s.ok()) {
+    if (!args->is_array()) {
+      s.Fail("srun_args", "expected a list of strings (srun arguments), got " + Shown(*args));
+      return;
+    }
+    for (const auto& arg : args->as_array()) {
+      if (!arg.is_string()) {
+        e->Fail(LineOf(arg), "slurm.srun_args", "expected strings, got " + Shown(arg));
+        return;
+      }
+      o.srun_args.push_back(arg.as_string().str);
     }
   }
+  // A worker's threads are the CPUs its step asks for.
+  if (c->launcher == Launcher::kSlurm) c->threads_per_cpu_device = o.cpus_per_member;
 }
 
 // [defaults]: what every [[member]] starts from.
@@ -752,22 +805,20 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
 }
 
 void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
-  Reader r(e, &root, "", 1,
-           {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device",
-            "launcher", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
+  Reader r(
+      e, &root, "", 1,
+      {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device", "launcher",
+       "slurm", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
   ParseRun(r, base, c);
   ParseStore(e, r, base, &c->store);
   ParseDevices(e, r, c);
+  ParseSlurm(e, r, c);
   const MemberDefaults defaults = ParseMemberDefaults(e, r);
   ParseMembers(e, r, defaults, base, c);
   ParseAcquisition(e, r, c);
   ParseOracle(e, r, base, &c->oracle);
   ParseStop(e, r, &c->stop);
   ParseFailure(e, r, c);
-  // The seam for cluster launches: accepted by the parser, refused until it exists.
-  if (e->ok() && c->launcher == Launcher::kSlurm) {
-    r.Fail("launcher", "\"slurm\" is not available yet; use \"local\"");
-  }
 }
 
 // Syntax errors: toml11's message is several lines; keep the first, plus the hint at the
@@ -794,7 +845,7 @@ std::string SyntaxMessage(const std::string& what) {
 
 bool SafeOnResume(const std::string& field) {
   for (const char* prefix : {"devices", "threads_per_cpu_device", "members_per_device", "launcher",
-                             "run_dir", "stop", "failure"}) {
+                             "slurm", "run_dir", "stop", "failure"}) {
     std::string p = prefix;
     if (field == p || field.rfind(p + ".", 0) == 0 || field.rfind(p + "[", 0) == 0) return true;
   }
@@ -906,7 +957,7 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
                        ? json{{"metric", c.stop.target->metric}, {"value", c.stop.target->value}}
                        : json();
   stop["stop_when_pool_exhausted"] = c.stop.stop_when_pool_exhausted;
-  return {
+  json out = {
       {"name", c.name},
       {"run_dir", c.run_dir},
       {"store",
@@ -932,6 +983,22 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
         {"heartbeat_timeout_s", c.failure.heartbeat_timeout_s},
         {"attempt_timeout_s", c.failure.attempt_timeout_s}}},
   };
+  // Only for Slurm runs, so a local run's JSON (and fingerprint) stays as it was.
+  if (c.launcher == Launcher::kSlurm) {
+    const launch::SlurmOptions& o = c.slurm;
+    out["slurm"] = {{"partition", o.partition},
+                    {"account", o.account},
+                    {"qos", o.qos},
+                    {"time", o.time},
+                    {"constraint", o.constraint},
+                    {"mem", o.mem},
+                    {"cpus_per_member", o.cpus_per_member},
+                    {"gpus_per_member", o.gpus_per_member},
+                    {"srun_args", o.srun_args},
+                    {"queue_timeout_s", o.queue_timeout_s},
+                    {"slots", o.slots}};
+  }
+  return out;
 }
 
 std::string LoopConfigFingerprint(const LoopConfig& config) {

@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "launch/device.h"
+#include "launch/slurm.h"
 #include "model/train_config.h"
 
 namespace cohort::loop {
@@ -107,6 +108,9 @@ struct LoopConfig {
   int threads_per_cpu_device = 1;
   int members_per_device = 1;
   Launcher launcher = Launcher::kLocal;
+  // launcher = "slurm": the [slurm] table (devices are then "auto": the allocation's slots, or
+  // slurm.slots outside one; threads_per_cpu_device is slurm.cpus_per_member).
+  launch::SlurmOptions slurm;
   std::vector<MemberConfig> members;
   AcquisitionConfig acquisition;
   OracleConfig oracle;

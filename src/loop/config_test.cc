@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -385,11 +386,44 @@ TEST(LoopConfigTest, MissingRequired) {
             std::string("dir/loop.toml:19: ").size());
 }
 
-TEST(LoopConfigTest, SlurmIsNotAvailableYet) {
+TEST(LoopConfigTest, SlurmLauncherAndItsTable) {
+  std::string slurm = Replace(Replace(kFull, "launcher = \"local\"", "launcher = \"slurm\""),
+                              "devices = [\"cpu:0\", \"cpu:1\"]", "devices = \"auto\"");
+  auto c = ParseLoopConfig(slurm +
+                               "[slurm]\npartition = \"gpu\"\ntime = \"1:00:00\"\n"
+                               "cpus_per_member = 4\ngpus_per_member = 1\n"
+                               "srun_args = [\"--exclusive\"]\nqueue_timeout_s = 60\nslots = 3\n",
+                           "dir/loop.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->launcher, Launcher::kSlurm);
+  EXPECT_TRUE(c->devices_auto);
+  EXPECT_EQ(c->slurm.partition, "gpu");
+  EXPECT_EQ(c->slurm.time, "1:00:00");
+  EXPECT_EQ(c->slurm.gpus_per_member, 1);
+  EXPECT_EQ(c->slurm.srun_args, std::vector<std::string>{"--exclusive"});
+  EXPECT_EQ(c->slurm.queue_timeout_s, 60);
+  EXPECT_EQ(c->slurm.slots, 3);
+  EXPECT_EQ(c->threads_per_cpu_device, 4);  // a worker's threads are its step's CPUs
+  EXPECT_EQ(LoopConfigToJson(*c)["slurm"]["partition"], "gpu");
+  // A device list means nothing to Slurm.
   EXPECT_EQ(Error(Replace(kFull, "launcher = \"local\"", "launcher = \"slurm\"")),
-            "dir/loop.toml:5: launcher: \"slurm\" is not available yet; use \"local\"");
+            "dir/loop.toml:2: devices: with launcher = \"slurm\" devices must be \"auto\" "
+            "(Slurm places the steps; set slurm.slots to run outside an allocation)");
+  EXPECT_EQ(Error(slurm + "[slurm]\npartiton = \"gpu\"\n"),
+            "dir/loop.toml:" + std::to_string(std::count(slurm.begin(), slurm.end(), '\n') + 2) +
+                ": slurm.partiton: unknown field (did you mean partition?)");
+  EXPECT_NE(Error(slurm + "[slurm]\nsrun_args = \"--exclusive\"\n")
+                .find("slurm.srun_args: expected a list"),
+            std::string::npos);
+  EXPECT_NE(Error(kFull + std::string("[slurm]\npartition = \"gpu\"\n"))
+                .find("slurm: a [slurm] table needs launcher = \"slurm\""),
+            std::string::npos);
   EXPECT_EQ(Error(Replace(kFull, "launcher = \"local\"", "launcher = \"ssh\"")),
             "dir/loop.toml:5: launcher: unknown launcher 'ssh' (local, slurm)");
+  // A local run's JSON has no slurm table (its fingerprint did not change).
+  auto local = ParseLoopConfig(kFull, "dir/loop.toml");
+  ASSERT_TRUE(local.ok());
+  EXPECT_FALSE(LoopConfigToJson(*local).contains("slurm"));
 }
 
 TEST(LoopConfigTest, ResumeCompatibility) {

@@ -8,13 +8,11 @@
 namespace cohort::loop {
 
 bool TargetReached(const TargetMetric& target, const ClassificationMetrics& m) {
-  double value = target.metric == "accuracy" ? m.accuracy
-                 : target.metric == "nll"    ? m.nll
-                 : target.metric == "brier"  ? m.brier
-                 : target.metric == "ece"    ? m.ece
-                                             : NAN;
-  if (std::isnan(value)) return false;
-  return target.higher_is_better ? value >= target.value : value <= target.value;
+  // The metrics by the names the config uses; one the loop does not compute is never reached.
+  const auto metrics = m.ToMap();
+  auto it = metrics.find(target.metric);
+  if (it == metrics.end() || target.metric == "count" || std::isnan(it->second)) return false;
+  return target.higher_is_better ? it->second >= target.value : it->second <= target.value;
 }
 
 bool KnownLastRound(const LoopConfig& config, const RoundState& s) {
