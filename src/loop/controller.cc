@@ -20,6 +20,7 @@
 #include "loop/resume_plan.h"
 #include "loop/run_dir.h"
 #include "loop/scheduler.h"
+#include "loop/slurm_process_host.h"
 #include "loop/stop_rules.h"
 #include "store/snapshot.h"
 #include "store/store.h"
@@ -94,6 +95,8 @@ class Controller {
   // ---- preparing: config, devices, store check, run directory, scheduler
   Status Prepare();
   Status LoadConfig();
+  // launcher = "slurm": the worker slots, from the allocation or slurm.slots.
+  Status ResolveSlurmSlots();
   Status CheckStore();
   Status OpenRunDirectory();
   Status StartScheduler();
@@ -148,11 +151,34 @@ Status Controller::LoadConfig() {
   COHORT_ASSIGN_OR_RETURN(config_text_, ReadLoopConfigText(options_.config_path));
   COHORT_ASSIGN_OR_RETURN(config_, ParseLoopConfig(config_text_, options_.config_path));
   cpus_ = CpuCount();
+  if (config_.launcher == Launcher::kSlurm) return ResolveSlurmSlots();
   if (config_.devices_auto) {
     auto devices = launch::ResolveAutoDevices("auto", VisibleCudaDevices(), cpus_,
                                               config_.threads_per_cpu_device);
     if (!devices.ok()) return devices.status().WithContext(config_.path + ": devices");
     config_.devices = *devices;
+  }
+  return Status::OK();
+}
+
+Status Controller::ResolveSlurmSlots() {
+  const launch::SlurmOptions& slurm = config_.slurm;
+  int slots = 0;
+  if (launch::InSlurmAllocation()) {
+    slots = launch::AllocationSlots(slurm);
+  } else if (slurm.slots > 0) {
+    slots = slurm.slots;
+  } else {
+    return Status::InvalidArgument(
+        config_.path +
+        ": slurm.slots: missing: outside a Slurm allocation, say how many steps run at once "
+        "(each a job of its own), or run inside one (`cohort sbatch`, salloc)");
+  }
+  // One slot per worker step; Slurm binds its GPUs (as cuda:0 inside the step) or CPUs.
+  config_.devices.clear();
+  for (int i = 0; i < slots; ++i) {
+    config_.devices.push_back(launch::Device{
+        slurm.gpus_per_member > 0 ? launch::Device::Kind::kCuda : launch::Device::Kind::kCpu, i});
   }
   return Status::OK();
 }
@@ -196,7 +222,13 @@ Status Controller::OpenRunDirectory() {
 
 Status Controller::StartScheduler() {
   host_ = options_.host;
-  if (host_ == nullptr) {
+  SlurmProcessHost* slurm = nullptr;
+  if (host_ == nullptr && config_.launcher == Launcher::kSlurm) {
+    COHORT_ASSIGN_OR_RETURN(auto slurm_host, SlurmProcessHost::Create(config_.slurm, kKillGrace));
+    slurm = slurm_host.get();
+    own_host_ = std::move(slurm_host);
+    host_ = own_host_.get();
+  } else if (host_ == nullptr) {
     COHORT_ASSIGN_OR_RETURN(own_host_, LocalProcessHost::Create(kKillGrace));
     host_ = own_host_.get();
   }
@@ -215,6 +247,13 @@ Status Controller::StartScheduler() {
   progress_ = std::make_unique<DisplayProgress>(display_.get());
   COHORT_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(so, run_.paths, run_.journal.get(),
                                                         run_.run.id, host_, progress_.get()));
+  if (slurm != nullptr) {
+    display_->Note(fmt::format("slurm: {} worker step(s), {} each{}", config_.devices.size(),
+                               launch::DescribeRequest(config_.slurm),
+                               launch::InSlurmAllocation() ? ", inside the allocation" : ""));
+    COHORT_RETURN_IF_ERROR(
+        slurm->CheckSharedStore(run_.paths.store(), run_.paths.workers() + "/slurm-probe.log"));
+  }
   return Status::OK();
 }
 

@@ -51,6 +51,8 @@ class ProcessHost {
 
   // Starts a process. Errors name the program when it cannot be started.
   virtual Result<ProcessId> Start(const launch::SpawnSpec& spec) = 0;
+  // Starts a process on the controller's own machine, whatever the host (the command oracle).
+  virtual Result<ProcessId> StartHere(const launch::SpawnSpec& spec) { return Start(spec); }
   // Queues one line for its stdin; errors when its stdin is closed or it is gone.
   virtual Status Write(ProcessId process, std::string_view line) = 0;
   // Closes its stdin once what is queued is written ("stop now" for a worker).

@@ -422,6 +422,13 @@ void Scheduler::ShowProgress(const Slot& slot, const json& event) {
 void Scheduler::OnScriptEvent(Slot& slot, json event) {
   Attempt& a = *slot.attempt;
   switch (KindOf(event)) {
+    case WorkerEventKind::kHello:
+      // Optional for a script: where it runs, journalled like a worker's.
+      if (fatal_.ok()) {
+        fatal_ = journal_->SetAttemptPlacement(a.id, JsonStringField(event, "hostname"),
+                                               JsonStringField(event, "cuda_visible_devices"));
+      }
+      break;
     case WorkerEventKind::kProgress:
       ShowProgress(slot, event);
       break;
@@ -676,7 +683,7 @@ Status Scheduler::RunRound(int64_t round, uint64_t generation, const LoopConfig&
 }
 
 Result<launch::ExitInfo> Scheduler::RunProgram(const launch::SpawnSpec& spec) {
-  COHORT_ASSIGN_OR_RETURN(ProcessId process, host_->Start(spec));
+  COHORT_ASSIGN_OR_RETURN(ProcessId process, host_->StartHere(spec));
   program_ = process;
   program_log_ = spec.stderr_path;
   program_exit_.reset();

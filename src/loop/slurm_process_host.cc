@@ -133,8 +133,15 @@ Status SlurmProcessHost::CheckSharedStore(const std::string& store_dir,
     void OnLog(ProcessId, std::string_view line) override { out.append(line).append("\n"); }
     void OnExit(ProcessId, const launch::ExitInfo& info) override { exit = info; }
   } collect;
-  COHORT_ASSIGN_OR_RETURN(ProcessId id, Start(probe));
-  (void)id;
+  // The smallest step the run's account and partition allow: the probe needs no GPU.
+  launch::SlurmOptions small = options_;
+  small.gpus_per_member = 0;
+  small.cpus_per_member = 1;
+  small.mem.clear();
+  launch::SpawnSpec step = probe;
+  step.argv = launch::SrunArgv(small, "cohort-probe", in_allocation_, probe.argv);
+  COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
+  steps_[id] = Step{.log_path = probe.stderr_path};
   while (!collect.exit) {
     COHORT_ASSIGN_OR_RETURN(int interrupts, Poll(std::chrono::milliseconds(250), collect));
     if (interrupts > 0) return Status::Aborted("interrupted while probing the cluster");

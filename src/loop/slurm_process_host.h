@@ -35,6 +35,10 @@ class SlurmProcessHost : public ProcessHost {
   Status CheckSharedStore(const std::string& store_dir, const std::string& log_path);
 
   Result<ProcessId> Start(const launch::SpawnSpec& spec) override;
+  // Not a step: a plain child of the controller.
+  Result<ProcessId> StartHere(const launch::SpawnSpec& spec) override {
+    return local_->Start(spec);
+  }
   Status Write(ProcessId process, std::string_view line) override;
   void CloseStdin(ProcessId process) override;
   void Terminate(ProcessId process) override;

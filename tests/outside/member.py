@@ -7,7 +7,9 @@ with softmax over negative distances, plus misbehaviours chosen by its config's 
   hang            keep printing lines but never finish (the wall-clock limit must end it)
   garbage         print junk, a broken @cohort line and an unknown event, then behave
   no-predictions  exit 0 without writing anything
-  env             write the COHORT_*, CUDA and thread variables to out_dir/env.json, behave
+  env             write the COHORT_*, CUDA and thread variables to out_dir/env.json, print a
+                  `hello` naming its host and CUDA_VISIBLE_DEVICES (journalled), sleep
+                  `sleep_s` (so members overlap), behave
 """
 import json
 import os
@@ -42,6 +44,10 @@ def main():
                                                        "OPENBLAS_"))]
         with open(os.path.join(r.out_dir, "env.json"), "w") as f:
             json.dump({k: os.environ[k] for k in keys}, f)
+        hello = {"ev": "hello", "hostname": os.uname().nodename,
+                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        print("@cohort " + json.dumps(hello), flush=True)
+        time.sleep(float(r.config.get("sleep_s", 0)))
 
     x, y = r.train()
     x = x.reshape(len(x), -1).astype(np.float32) / 255.0
