@@ -6,6 +6,7 @@ Run by ctest as: /usr/bin/python3 tests/cli_test.py COHORT_BINARY SCRATCH_DIR
 import gzip
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -324,6 +325,34 @@ class BadInput(CohortCase):
         with open(os.path.join(self.store, "CURRENT"), "w") as f:
             f.write("gen-000001 00000000\n")
         self.fails("data", "info", self.store, mentions=["CURRENT"])
+
+    def test_sbatch_prints_a_script_bash_accepts(self):
+        exp = os.path.join(self.dir, "my exp")  # a space, to be quoted
+        os.makedirs(exp)
+        config = os.path.join(exp, "loop.toml")
+
+        def write_config(launcher, devices, slurm=""):
+            with open(config, "w") as f:
+                f.write(f'name = "sb"\nlauncher = "{launcher}"\ndevices = {devices}\n'
+                        f'[store]\nsource = "{self.store}"\n[[member]]\nname = "a"\n'
+                        'model = "dense 10"\n[acquisition]\nstrategy = "random"\n'
+                        f'batch_size = 1\n[stop]\nmax_rounds = 1\n{slurm}')
+
+        write_config("slurm", '"auto"', "[slurm]\ngpus_per_member = 1\n")
+        script = self.cohort("sbatch", config, "--time", "1:00:00").stdout
+        self.assertTrue(script.startswith("#!/bin/bash\n"), script)
+        for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@120", "#SBATCH --gres=gpu:1",
+                     "#SBATCH --job-name=sb", "#SBATCH --time=1:00:00"):
+            self.assertIn(line + "\n", script)
+        syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+        self.assertEqual(syntax.returncode, 0, syntax.stderr + script)
+        exec_line = [l for l in script.splitlines() if l.startswith("exec ")]
+        self.assertEqual(shlex.split(exec_line[0]), ["exec", os.path.realpath(COHORT), "run", config])
+        # Slurm opens the output file in the run directory before the script starts.
+        self.assertTrue(os.path.isdir(os.path.join(exp, "runs", "sb", "workers")))
+        write_config("local", '["cpu:0"]')
+        self.fails("sbatch", config, mentions=['launcher = "slurm"'])
+        self.fails("sbatch", os.path.join(exp, "missing.toml"), mentions=["missing.toml"])
 
 
 class MemberCommands(CohortCase):

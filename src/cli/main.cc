@@ -13,6 +13,7 @@
 #include "cli/data_command.h"
 #include "cli/run_cli.h"
 #include "cli/run_command.h"
+#include "cli/sbatch_command.h"
 #include "common/status.h"
 
 #ifndef COHORT_VERSION
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 s
   int exit_code = 0;
   cohort::cli::AddDataCommands(app, &run);
   cohort::cli::AddRunCommands(app, &run, &exit_code);
+  cohort::cli::AddSbatchCommand(app, &run);
   for (const auto& command : kMemberCommands) {
     app.add_subcommand(command[0], command[1])->allow_extras();  // listed in --help only
   }
