@@ -3,7 +3,8 @@
 slurmd and munge from Debian, fake GPUs as GRES), brought up by tests/slurm/slurm-up.sh as root
 and torn down after: the same loop under Slurm and locally ends identically; GPU steps see
 their own CUDA_VISIBLE_DEVICES, journalled; a step cancelled with scancel is retried; an
-impossible request fails within queue_timeout_s.
+impossible request fails within queue_timeout_s; a `cohort sbatch` job cancelled mid-round and
+submitted again ends exactly as an uninterrupted run.
 
 Where Slurm cannot start (not root, packages not installable) the tests are skipped with the
 reason; under CI=true a skip is a failure.
@@ -151,7 +152,8 @@ class SlurmLoop(SlurmCase):
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
-        self.assertEqual(self.squeue(), [])  # nothing left behind on the cluster
+        # Nothing left behind on the cluster (a killed step takes a moment to be cleaned up).
+        self.wait_for(lambda: not self.squeue(), timeout=60, what="the cluster to be empty")
 
     def test_an_impossible_request_fails_within_the_queue_timeout(self):
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
@@ -165,6 +167,34 @@ class SlurmLoop(SlurmCase):
         row = self.attempts(os.path.join(self.dir, "runs", "loop"))[0]
         self.assertEqual(row["status"], "failed")
 
+
+    def test_a_cancelled_batch_job_submitted_again_ends_as_an_uninterrupted_run(self):
+        kw = dict(members=loop_test.MEMBERS, rounds=3, k=100, epochs=15)
+        reference = write_config(os.path.join(self.dir, "local"), **kw)
+        self.run_loop(reference)
+        config = slurm_config(os.path.join(self.dir, "batch"), **kw)
+        run_dir = os.path.join(self.dir, "batch", "runs", "loop")
+        script = os.path.join(self.dir, "job.sh")
+        cohort("sbatch", config, "-o", script)
+
+        def submit():
+            return subprocess.run(["sbatch", "--parsable", script], env=env(), check=True,
+                                  capture_output=True, text=True, timeout=30).stdout.strip()
+
+        job = submit()
+        # Cancel it in the middle of round 1.
+        self.wait_for(lambda: any(r["round"] == 1 and r["status"] == "running"
+                                  for r in (self.attempts(run_dir) if os.path.exists(
+                                      f"{run_dir}/run.db") else [])),
+                      timeout=300, what="round 1 running")
+        subprocess.run(["scancel", job.split(";")[0]], env=env(), check=True, timeout=30)
+        self.wait_for(lambda: not self.squeue(), timeout=120, what="the job to end")
+        self.assertNotEqual(self.status(run_dir)["status"], "finished")
+        submit()
+        self.wait_for(lambda: not self.squeue() and self.status(run_dir)["status"] == "finished",
+                      timeout=600, what="the resubmitted job to finish the run")
+        self.assertEqual(outcome(os.path.join(self.dir, "local", "runs", "loop")),
+                         outcome(run_dir))
 
 if __name__ == "__main__":
     loop_test.COHORT = os.path.abspath(sys.argv[1])
