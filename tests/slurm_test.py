@@ -196,6 +196,7 @@ class SlurmLoop(SlurmCase):
         self.assertEqual(outcome(os.path.join(self.dir, "local", "runs", "loop")),
                          outcome(run_dir))
 
+
 if __name__ == "__main__":
     loop_test.COHORT = os.path.abspath(sys.argv[1])
     loop_test.SCRATCH = os.path.abspath(sys.argv[2])

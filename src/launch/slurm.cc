@@ -98,7 +98,8 @@ std::string SlurmEndReason(std::string_view log) {
   if (has("DUE TO TIME LIMIT")) return "cancelled by Slurm: the step's time limit (slurm.time)";
   if (has("DUE TO PREEMPTION")) return "preempted by Slurm";
   if (has("DUE TO NODE FAILURE") || has("Node failure")) return "node failure";
-  if (has("CANCELLED AT")) return "cancelled (scancel)";
+  // scancel of a step: slurmstepd's banner, or only srun's own words when it was signalled first.
+  if (has("CANCELLED AT") || has("srun: Job step aborted")) return "cancelled (scancel)";
   // srun's own refusals: the step never started.
   for (std::string_view marker : {"srun: error: Unable to allocate resources: ",
                                   "srun: error: Unable to create step for job "}) {

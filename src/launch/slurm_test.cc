@@ -52,6 +52,9 @@ TEST(SlurmTest, EndReasonsInWords) {
   EXPECT_EQ(SlurmEndReason("srun: job 5 queued and waiting for resources\n"
                            "srun: error: Unable to allocate resources: Requested nodes are busy\n"),
             "the step did not start: Unable to allocate resources: Requested nodes are busy");
+  EXPECT_EQ(SlurmEndReason("srun: Job step aborted: Waiting up to 7 seconds for job step to "
+                           "finish.\nsrun: error: vm: task 0: Terminated\n"),
+            "cancelled (scancel)");
   EXPECT_EQ(SlurmEndReason("a plain crash\n"), "");
 }
 
