@@ -348,11 +348,7 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
     MemberTask task;
     task.index = i;
     task.member = &config_.members[i];
-    task.next_attempt = 1;
-    for (const AttemptRecord& a : attempts) {
-      if (a.member == config_.members[i].name)
-        task.next_attempt = std::max(task.next_attempt, a.attempt + 1);
-    }
+    task.next_attempt = NextAttemptNumber(attempts, config_.members[i].name);
     task.attempts_left = static_cast<int>(1 + config_.failure.retries);
     tasks.push_back(task);
   }

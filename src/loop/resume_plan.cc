@@ -66,6 +66,14 @@ std::vector<MemberResult> ResultsFromAttempts(const LoopConfig& config,
   return results;
 }
 
+int NextAttemptNumber(const std::vector<AttemptRecord>& attempts, const std::string& member) {
+  int last = 0;
+  for (const AttemptRecord& a : attempts) {
+    if (a.member == member) last = std::max(last, a.attempt);
+  }
+  return last + 1;
+}
+
 bool CountsAsFailure(AttemptStatus status) {
   return status == AttemptStatus::kFailed || status == AttemptStatus::kKilled;
 }
@@ -86,13 +94,10 @@ MemberPlan PlanMembers(const LoopConfig& config, const std::vector<AttemptRecord
     task.index = i;
     task.member = &member;
     task.predict_pool = predict_pool;
-    int last_attempt = 0;
     for (const AttemptRecord& a : attempts) {
-      if (a.member != member.name) continue;
-      last_attempt = std::max(last_attempt, a.attempt);
-      if (CountsAsFailure(a.status)) ++plan.failures[i];
+      if (a.member == member.name && CountsAsFailure(a.status)) ++plan.failures[i];
     }
-    task.next_attempt = last_attempt + 1;
+    task.next_attempt = NextAttemptNumber(attempts, member.name);
     task.attempts_left = tries - plan.failures[i];
     if (task.attempts_left <= 0) {
       if (!retry_failed) {

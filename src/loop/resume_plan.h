@@ -59,6 +59,9 @@ MemberPlan PlanMembers(const LoopConfig& config, const std::vector<AttemptRecord
                        const std::vector<MemberResult>& previous, const std::string& run_root,
                        std::vector<MemberResult>* results);
 
+// The number a new attempt of `member` takes: one past the highest journalled (1 when none).
+int NextAttemptNumber(const std::vector<AttemptRecord>& attempts, const std::string& member);
+
 // Whether an attempt's end counts against its member's retries.
 bool CountsAsFailure(AttemptStatus status);
 

@@ -86,7 +86,7 @@ TEST(ResumePlanTest, LongestMembersStartFirst) {
   c.members.resize(4);
   std::vector<MemberTask> tasks;
   for (size_t i = 0; i < 4; ++i) {
-    c.members[i].name = "m" + std::to_string(i);
+    c.members[i].name = std::string("m") + std::to_string(i);
     MemberTask t;
     t.index = i;
     t.member = &c.members[i];
