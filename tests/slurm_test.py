@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -91,10 +92,20 @@ class SlurmCase(LoopCase):
         return self.run_loop(config, expect=expect, env=env(), timeout=timeout)
 
     def attempts(self, run_dir):
+        """The journal's attempts; none while the run has not yet made its journal."""
+        if not os.path.exists(f"{run_dir}/run.db"):
+            return []
         db = journal(run_dir)
-        rows = [dict(r) for r in db.execute("SELECT * FROM attempts ORDER BY round, member, attempt")]
-        db.close()
-        return rows
+        try:
+            return [dict(r) for r in
+                    db.execute("SELECT * FROM attempts ORDER BY round, member, attempt")]
+        except sqlite3.OperationalError as e:
+            # The file exists a moment before the run's first transaction makes its tables.
+            if "no such table" in str(e):
+                return []
+            raise
+        finally:
+            db.close()
 
     def squeue(self):
         out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env(), capture_output=True,
@@ -184,8 +195,7 @@ class SlurmLoop(SlurmCase):
         job = submit()
         # Cancel it in the middle of round 1.
         self.wait_for(lambda: any(r["round"] == 1 and r["status"] == "running"
-                                  for r in (self.attempts(run_dir) if os.path.exists(
-                                      f"{run_dir}/run.db") else [])),
+                                  for r in self.attempts(run_dir)),
                       timeout=300, what="round 1 running")
         subprocess.run(["scancel", job.split(";")[0]], env=env(), check=True, timeout=30)
         self.wait_for(lambda: not self.squeue(), timeout=120, what="the job to end")
