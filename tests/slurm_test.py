@@ -166,6 +166,38 @@ class SlurmLoop(SlurmCase):
         # Nothing left behind on the cluster (a killed step takes a moment to be cleaned up).
         self.wait_for(lambda: not self.squeue(), timeout=60, what="the cluster to be empty")
 
+    def worker_pids(self):
+        """Pids of `cohort-member worker` processes (the tasks slurmstepd started, not srun)."""
+        out = subprocess.run(["pgrep", "-f", r"^\S*cohort-member worker"], capture_output=True,
+                             text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def test_a_hung_worker_is_killed_through_slurm_and_retried(self):
+        config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
+                              epochs=200, failure="retries = 1", strategy="entropy",
+                              heartbeat_timeout=3)
+        proc = self.start(config, env=env())
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        try:
+            # Stopped once its hello is journalled: training, heartbeats flowing.
+            self.wait_for(lambda: any(r["status"] == "running" and r["node"]
+                                      for r in self.attempts(run_dir)), what="a running attempt")
+            pids = self.wait_for(self.worker_pids, what="the worker process")
+            self.assertEqual(len(pids), 1, pids)
+            os.kill(pids[0], signal.SIGSTOP)  # alive, silent: only the heartbeat can tell
+            self.wait_for(lambda: any(r["attempt"] == 2 and r["status"] == "running"
+                                      for r in self.attempts(run_dir)),
+                          timeout=120, what="the retry")
+            first = [r for r in self.attempts(run_dir) if r["attempt"] == 1][0]
+            self.assertEqual(first["status"], "killed", first)
+            self.assertIn("heartbeat", first["exit"])
+            self.assertNotIn(pids[0], self.worker_pids())  # the stopped task is gone
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+        self.wait_for(lambda: not self.squeue(), timeout=60, what="the cluster to be empty")
+
     def test_an_impossible_request_fails_within_the_queue_timeout(self):
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
                               failure="retries = 0", slurm_extra="gpus_per_member = 8",
@@ -217,7 +249,7 @@ if __name__ == "__main__":
         loop_test.SOURCE = os.path.join(loop_test.SCRATCH, "source")
         loop_test.build_source(loop_test.SOURCE)
     try:
-        unittest.main(argv=sys.argv[:1], verbosity=2)
+        unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)
     finally:
         if not SKIP_REASON:
             slurm_down()

@@ -118,7 +118,8 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
   }
   COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kLabelling));
   COHORT_ASSIGN_OR_RETURN(auto labels, LabelSamples(config, *c.paths, round, generation, *pool,
-                                                    *train, picks.ids, picks.rows, c.scheduler));
+                                                    *train, picks.ids, picks.rows, c.classes,
+                                                    c.scheduler));
   auto t2 = Clock::now();
   timings->label_s = Seconds(t2 - t1);
   COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kCommitting));

@@ -31,6 +31,7 @@ struct AcquireContext {
   int64_t run_id = 0;
   store::Env* env = nullptr;
   Scheduler* scheduler = nullptr;  // runs a command oracle
+  int64_t classes = 0;             // the run's class count: an oracle's labels must fit it
 };
 
 struct AcquireResult {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loop/acquire_commit.h"
+#include "loop/class_labels.h"
 #include "loop/config.h"
 #include "loop/config_check.h"
 #include "loop/crash_point.h"
@@ -49,13 +50,6 @@ int VisibleCudaDevices() {
 int CpuCount() {
   const auto n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
-}
-
-std::vector<int64_t> ClassLabelsOf(const store::Table& table) {
-  store::HostArray labels = table.ReadLabels();
-  std::vector<int64_t> out(table.size());
-  std::memcpy(out.data(), labels.data.data(), out.size() * sizeof(int64_t));
-  return out;
 }
 
 size_t CountDone(const std::vector<MemberResult>& results) {
@@ -104,6 +98,14 @@ class Controller {
   // ---- one round
   Result<Tables> OpenTables(uint64_t generation) const;
   RoundState StateOf(int64_t round, const Tables& t) const;
+  PredictionShape ShapeOf(const Tables& t) const {
+    return PredictionShape{.pool_rows = t.pool->size(), .test_rows = t.test->size(),
+                           .classes = classes_};
+  }
+  // A resumed round trusts a finished attempt only if its prediction files still pass the
+  // checks (a run from before they existed, a file damaged since): one that does not is
+  // journalled failed, so the member trains again.
+  Status RecheckFinishedAttempts(int64_t round, const Tables& t);
   // Trains the round's members that have no finished attempt. OK with results filled.
   Status TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                       std::vector<MemberResult>* results, PhaseStats* stats);
@@ -141,6 +143,7 @@ class Controller {
   std::unique_ptr<Scheduler> scheduler_;
   store::Env* store_env_ = nullptr;
   uint64_t starting_labels_ = 0;
+  int64_t classes_ = 0;  // RunClassCount
   std::optional<double> last_accuracy_;
   std::string stop_reason_;
   PhaseTimings reconsidered_timings_;  // the training timings of a round looked at again
@@ -193,7 +196,9 @@ Status Controller::CheckStore() {
   if (!snap.ok()) {
     return snap.status().WithContext(exists ? "the run's store" : config_.path + ": store.source");
   }
-  return CheckConfigAgainstStore(config_, **snap);
+  COHORT_RETURN_IF_ERROR(CheckConfigAgainstStore(config_, **snap));
+  COHORT_ASSIGN_OR_RETURN(classes_, RunClassCount(config_, **snap));
+  return Status::OK();
 }
 
 Status Controller::OpenRunDirectory() {
@@ -285,6 +290,28 @@ RoundState Controller::StateOf(int64_t round, const Tables& t) const {
 
 // ---- training
 
+Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
+  COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
+  std::vector<MemberResult> results = ResultsFromAttempts(config_, attempts);
+  for (const AttemptRecord& a : attempts) {
+    if (a.status != AttemptStatus::kDone) continue;
+    auto member = std::find_if(config_.members.begin(), config_.members.end(),
+                               [&](const MemberConfig& m) { return m.name == a.member; });
+    if (member == config_.members.end()) continue;
+    const MemberResult& r = results[member - config_.members.begin()];
+    if (r.attempt != a.attempt || r.predictions_test.empty()) continue;
+    std::string dir = fs::path(run_.paths.Absolute(r.predictions_test)).parent_path().string();
+    std::string problem = CheckAttemptPredictions(dir, ShapeOf(t), !r.predictions_pool.empty());
+    if (problem.empty()) continue;
+    AttemptEnd end;
+    end.status = AttemptStatus::kFailed;
+    end.exit = "its predictions failed the check when the run resumed: " + problem;
+    COHORT_RETURN_IF_ERROR(run_.journal->FinishAttempt(a.id, end));
+    display_->Note(fmt::format("round {}: {} attempt {} {}", round, a.member, a.attempt, end.exit));
+  }
+  return Status::OK();
+}
+
 Status Controller::CloseLostAttempts(const std::vector<AttemptRecord>& attempts) {
   for (const AttemptRecord& a : attempts) {
     if (a.status != AttemptStatus::kRunning) continue;
@@ -313,9 +340,10 @@ void Controller::ShowPlan(const MemberPlan& plan, const std::vector<MemberResult
 Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                                 std::vector<MemberResult>* results, PhaseStats* stats) {
   Journal& journal = *run_.journal;
+  COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
+  COHORT_RETURN_IF_ERROR(RecheckFinishedAttempts(round, t));
   COHORT_ASSIGN_OR_RETURN(auto attempts, journal.AttemptsOfRound(run_.run.id, round));
   *results = ResultsFromAttempts(config_, attempts);
-  COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
   const bool last = KnownLastRound(config_, StateOf(round, t));
   std::vector<MemberResult> previous;
   std::vector<AttemptRecord> previous_attempts;
@@ -335,8 +363,8 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   if (plan.tasks.empty()) return Status::OK();
   // Which member runs where never changes a result, only when the round ends.
   OrderLongestFirst(previous_attempts, &plan.tasks);
-  return scheduler_->RunRound(round, generation, config_, t.pool->size(), t.test->size(),
-                              std::move(plan.tasks), results, stats);
+  return scheduler_->RunRound(round, generation, config_, ShapeOf(t), std::move(plan.tasks),
+                              results, stats);
 }
 
 Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
@@ -363,8 +391,8 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
   COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
   PhaseStats stats;
   std::vector<MemberResult> fresh(results->size());
-  COHORT_RETURN_IF_ERROR(scheduler_->RunRound(round, generation, config_, t.pool->size(),
-                                              t.test->size(), tasks, &fresh, &stats));
+  COHORT_RETURN_IF_ERROR(
+      scheduler_->RunRound(round, generation, config_, ShapeOf(t), tasks, &fresh, &stats));
   for (const MemberTask& task : tasks) {
     if (!fresh[task.index].done) {
       return Status::Aborted(fmt::format("round {}: {} could not predict the pool: {}", round,
@@ -463,7 +491,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
                          .journal = &journal,
                          .run_id = run_id,
                          .env = store_env_,
-                         .scheduler = scheduler_.get()};
+                         .scheduler = scheduler_.get(),
+                         .classes = classes_};
   COHORT_ASSIGN_OR_RETURN(
       AcquireResult acquired,
       AcquireAndCommit(context, round, *t.snap, with_pool, decision.k, &outcome.timings));
@@ -536,6 +565,13 @@ Result<RunOutcome> Controller::RunRounds() {
     if (!finished.ok() && scheduler_->interrupts() >= 2) {
       // Ctrl-C twice while the oracle ran: the round stays unfinished and resumable.
       return Stopped(fmt::format("in round {}", round));
+    }
+    if (!finished.ok() && !reconsider) {
+      // The round's own failure (an oracle's bad answer, the ensemble's step): journalled with
+      // its message; a rerun keeps the finished members and goes through the step again.
+      std::string message = fmt::format("round {} failed: {}", round, finished.status().message());
+      (void)journal.FailRound(run_id, round, message);
+      return finished.status().WithContext(fmt::format("round {}", round));
     }
     COHORT_ASSIGN_OR_RETURN(bool more, std::move(finished));
     reconsider = false;

@@ -13,6 +13,8 @@
 #include "loop/fake_worker.h"
 #include "loop/journal.h"
 #include "loop/loop_test_util.h"
+#include "store/import.h"
+#include "store/npy.h"
 #include "store/store.h"
 
 namespace cohort::loop {
@@ -21,6 +23,30 @@ namespace {
 namespace fs = std::filesystem;
 using Outcome = FakeAttempt::Outcome;
 using std::chrono::milliseconds;
+
+std::string EnvOf(const launch::SpawnSpec& spec, const std::string& name) {
+  for (const auto& [k, v] : spec.env) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+// The command oracle `oracle`: answers every id with `*label`, or exits 3 when it is < -100.
+class FakeOracle : public FakeProcessHost::Program {
+ public:
+  explicit FakeOracle(const int64_t* label) : label_(label) {}
+  void OnStart(FakeProcessHost::Process& p) override {
+    if (*label_ < -100) return p.Exit(3);
+    auto ids = store::ReadNpyFile(EnvOf(p.spec(), "COHORT_ORACLE_IDS"));
+    if (!ids.ok()) return p.Exit(4);
+    store::HostArray labels(store::Dtype::kInt64, {ids->shape[0]});
+    for (uint64_t i = 0; i < ids->shape[0]; ++i) labels.as<int64_t>()[i] = *label_;
+    p.Exit(store::WriteNpyFile(EnvOf(p.spec(), "COHORT_ORACLE_LABELS"), labels).ok() ? 0 : 5);
+  }
+
+ private:
+  const int64_t* label_;
+};
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -38,7 +64,11 @@ class ControllerTest : public ::testing::Test {
 
   // One `cohort run` on a fresh fake host; `interrupts` at these virtual times.
   Result<RunOutcome> Run(std::vector<milliseconds> interrupts = {}) {
-    FakeProcessHost host(FakeWorkerFactory(worker_));
+    FakeProcessHost host(FakeWorkerFactory(
+        worker_, [this](const launch::SpawnSpec& spec) -> std::unique_ptr<FakeProcessHost::Program> {
+          if (spec.argv.at(0) != "oracle") return nullptr;
+          return std::make_unique<FakeOracle>(&oracle_label_);
+        }));
     for (milliseconds at : interrupts) host.InterruptAt(at);
     RunOptions options;
     options.config_path = dir_ + "/loop.toml";
@@ -92,7 +122,10 @@ class ControllerTest : public ::testing::Test {
   std::string dir_;
   std::FILE* out_ = nullptr;
   FakeWorkerOptions worker_;
+  int64_t oracle_label_ = 1;
 };
+
+constexpr char kOracle[] = "[oracle]\nkind = \"command\"\ncommand = [\"oracle\"]\n";
 
 TEST_F(ControllerTest, RunsEveryRoundAndCommitsEachAcquisition) {
   WriteConfig(3, "[stop]\nmax_rounds = 3\n");
@@ -269,6 +302,72 @@ TEST_F(ControllerTest, ATwiceInterruptedRoundResumesToTheSameEndAsAnUninterrupte
     ASSERT_EQ(again.size(), picks[r].size());
     for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].sample_id, picks[r][i].sample_id);
   }
+}
+
+}  // namespace
+}  // namespace cohort::loop
+
+namespace cohort::loop {
+namespace {
+
+TEST_F(ControllerTest, AnOracleLabelOutsideTheClassesIsNeverCommittedAndTheRoundFails) {
+  WriteConfig(2, std::string(kOracle) + "[stop]\nmax_rounds = 2\n");
+  oracle_label_ = 99;
+  auto outcome = Run();
+  ASSERT_FALSE(outcome.ok());
+  const std::string& m = outcome.status().message();
+  EXPECT_NE(m.find("round 0: oracle oracle: "), std::string::npos) << m;
+  EXPECT_NE(m.find("2 label(s) outside [0, 3) at sample id"), std::string::npos) << m;
+  EXPECT_NE(m.find("(label 99)"), std::string::npos) << m;
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].status, RoundStatus::kFailed);
+  EXPECT_NE(rounds[0].error.value_or("").find("label(s) outside [0, 3)"), std::string::npos);
+  EXPECT_EQ(Current(), rounds[0].input_generation);  // nothing committed
+  // The answer was not kept: a fixed oracle is asked again and the run goes on.
+  oracle_label_ = 2;
+  outcome = Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].status, RoundStatus::kDone);
+  EXPECT_EQ(rounds[0].labels_total, 8);
+  // The members who finished before the failure were not trained again.
+  EXPECT_EQ(AttemptsOf(0, "m0").size(), 1u);
+}
+
+TEST_F(ControllerTest, AFinishedAttemptWhosePredictionsNoLongerPassIsTrainedAgainOnResume) {
+  WriteConfig(2, std::string(kOracle) + "[stop]\nmax_rounds = 2\n");
+  oracle_label_ = -1000;  // the oracle exits 3: round 0 fails after its members finished
+  auto outcome = Run();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_NE(outcome.status().message().find("oracle oracle exited with status 3"),
+            std::string::npos)
+      << outcome.status().message();
+  auto attempts = AttemptsOf(0, "m0");
+  ASSERT_EQ(attempts.size(), 1u);
+  ASSERT_EQ(attempts[0].status, AttemptStatus::kDone);
+  // m0's test predictions are replaced by 7-class ones (as a run from before the checks
+  // could have journalled done).
+  auto predictions = nlohmann::json::parse(attempts[0].predictions_json.value_or("{}"));
+  std::string test_file = dir_ + "/runs/t/" + predictions.value("test", "");
+  store::HostArray seven(store::Dtype::kFloat32, {6, 7});
+  for (uint64_t i = 0; i < 6 * 7; ++i) seven.as<float>()[i] = 1.0f / 7;
+  ASSERT_TRUE(store::WriteNpyFile(test_file, seven).ok());
+  oracle_label_ = 0;
+  outcome = Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  attempts = AttemptsOf(0, "m0");
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, AttemptStatus::kFailed);
+  EXPECT_NE(attempts[0].exit.value_or("").find("its predictions failed the check when the run "
+                                                "resumed: predictions-test.npy: 7 classes where "
+                                                "the run has 3"),
+            std::string::npos)
+      << attempts[0].exit.value_or("");
+  EXPECT_EQ(attempts[1].status, AttemptStatus::kDone);
+  EXPECT_EQ(AttemptsOf(0, "m1").size(), 1u);
+  EXPECT_EQ(Rounds().size(), 2u);
 }
 
 }  // namespace

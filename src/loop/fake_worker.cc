@@ -137,8 +137,10 @@ class FakeWorker : public FakeProcessHost::Program {
         std::vector<float> probs = options_.predict
                                        ? options_.predict(member, **table)
                                        : DefaultFakePredictions(**table, options_.classes);
-        store::HostArray out(store::Dtype::kFloat32,
-                             {(*table)->size(), static_cast<uint64_t>(options_.classes)});
+        // A custom `predict` may give another width (a member that gets the classes wrong).
+        uint64_t rows = (*table)->size();
+        uint64_t width = rows == 0 ? static_cast<uint64_t>(options_.classes) : probs.size() / rows;
+        store::HostArray out(store::Dtype::kFloat32, {rows, width});
         std::memcpy(out.data.data(), probs.data(), out.data.size());
         Status written = store::WriteNpyFile(JsonStringField(cmd, "out"), out);
         if (!written.ok()) message = written.message();

@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <system_error>
 
+#include "loop/class_labels.h"
 #include "store/import.h"
 
 namespace cohort::loop {
@@ -34,7 +36,7 @@ bool SameIds(const std::string& path, const store::HostArray& ids) {
 Result<std::optional<store::HostArray>> LabelSamples(
     const LoopConfig& config, const RunPaths& paths, int64_t round, uint64_t generation,
     const store::Table& pool, const store::Table& train, const std::vector<uint64_t>& ids,
-    const std::vector<uint64_t>& rows, Scheduler* scheduler) {
+    const std::vector<uint64_t>& rows, int64_t classes, Scheduler* scheduler) {
   if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels) {
     return std::optional<store::HostArray>();
   }
@@ -92,6 +94,14 @@ Result<std::optional<store::HostArray>> LabelSamples(
     return Status::InvalidArgument(
         read_path + ": " + std::to_string(converted->shape.empty() ? 0 : converted->shape[0]) +
         " labels for " + std::to_string(ids.size()) + " samples");
+  }
+  if (converted->dtype == store::Dtype::kInt64) {
+    std::span<const int64_t> values(reinterpret_cast<const int64_t*>(converted->data.data()),
+                                    ids.size());
+    COHORT_RETURN_IF_ERROR(CheckClassLabels(
+        "oracle " + program + ": " + read_path, values, ids, classes,
+        "the run has " + std::to_string(classes) +
+            " classes (the members' `classes`, else one more than the largest stored label)"));
   }
   // Kept under its final name only now, so a resume reuses nothing but a complete answer.
   if (!reuse) COHORT_RETURN_IF_ERROR(store::Env::Default()->RenameFile(answer_path, labels_path));

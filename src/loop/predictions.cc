@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 
+#include "common/worker_protocol.h"
 #include "loop/acquisition.h"
 #include "store/host_array.h"
 #include "store/npy.h"
@@ -24,8 +27,8 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   }
   auto width = static_cast<int64_t>(array->shape[1]);
   if (expected_classes > 0 && width != expected_classes) {
-    return Status::InvalidArgument(fmt::format("{}: {} classes where other predictions have {}",
-                                               name, width, expected_classes));
+    return Status::InvalidArgument(fmt::format("{}: {} classes where the run has {}", name, width,
+                                               expected_classes));
   }
   std::vector<float> values(array->data.size() / sizeof(float));
   std::memcpy(values.data(), array->data.data(), array->data.size());
@@ -34,6 +37,23 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
   *classes = width;
   return values;
+}
+
+std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
+                                    bool pool) {
+  int64_t classes = shape.classes;
+  for (std::string_view name :
+       {protocol::file::kPoolPredictions, protocol::file::kTestPredictions}) {
+    bool is_pool = name == protocol::file::kPoolPredictions;
+    if (is_pool && !pool) continue;
+    std::string path = dir + "/" + std::string(name);
+    if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
+    auto values = ReadMemberPredictions(path, std::string(name),
+                                        is_pool ? shape.pool_rows : shape.test_rows, classes,
+                                        &classes);
+    if (!values.ok()) return values.status().message();
+  }
+  return "";
 }
 
 Result<StackedPredictions> StackPredictions(

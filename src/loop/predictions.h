@@ -2,9 +2,11 @@
 //
 // A member predicts a table as float32 class probabilities of shape (rows, classes): native
 // workers through the `predict` command, outside scripts by writing the files themselves. The
-// scheduler checks an outside member's files when it exits (a bad file fails the attempt); the
-// controller stacks every finished member's files into the ensemble's view. Both go through
-// ReadMemberPredictions, so a file is accepted or refused by the same rules and words.
+// scheduler checks every attempt's files when it ends (a bad file fails the attempt, which is
+// then retried or left out under min_members, never journalled done); a resumed run checks a
+// finished attempt's files again before it trusts them; the controller stacks every finished
+// member's files into the ensemble's view. All go through ReadMemberPredictions, so a file is
+// accepted or refused by the same rules and words.
 //
 // Thread-safety: functions over their arguments only; concurrent calls are safe.
 #pragma once
@@ -25,6 +27,20 @@ namespace cohort::loop {
 Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const std::string& name,
                                                  uint64_t rows, int64_t expected_classes,
                                                  int64_t* classes);
+
+// What every member's prediction files must hold in a round.
+struct PredictionShape {
+  uint64_t pool_rows = 0;
+  uint64_t test_rows = 0;
+  int64_t classes = 0;  // the run's class count (RunClassCount); 0: only equal across files
+};
+
+// Checks the prediction files of an attempt in `dir` (absolute): the test table's, and the
+// pool's when `pool`. "" when they are sound, else one line naming the file and the problem
+// ("exited 0 without writing predictions-pool.npy", "predictions-test.npy: 7 classes where
+// the run has 10", a shape, a row that is not a probability vector).
+std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
+                                    bool pool);
 
 // The members' probabilities for one table, stacked [member][sample][class].
 struct StackedPredictions {

@@ -303,7 +303,8 @@ Status Scheduler::StartScript(Slot& slot) {
                        .cpu_count = options_.cpu_count,
                        .out_dir = paths_.Absolute(a.dir),
                        .warm_start_from = a.task.warm_start_from,
-                       .heartbeat_timeout = options_.heartbeat_timeout};
+                       .heartbeat_timeout = options_.heartbeat_timeout,
+                       .classes = shape_.classes};
   COHORT_ASSIGN_OR_RETURN(launch::SpawnSpec spec, PrepareScriptAttempt(script));
   auto process = host_->Start(spec);
   if (!process.ok()) {
@@ -329,7 +330,8 @@ Status Scheduler::SendNext(Slot& slot) {
                                 .attempt = a.number,
                                 .attempt_dir = paths_.Absolute(a.dir),
                                 .warm_start_from = a.task.warm_start_from,
-                                .tables = &config_->store};
+                                .tables = &config_->store,
+                                .classes = shape_.classes};
   json command = WorkerCommand(a.step, context);
   a.command_id = command["id"].get<std::string>();
   a.command_started = host_->Now();
@@ -397,7 +399,13 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
         a.step = WorkerStep::kPredictTest;
         if (fatal_.ok()) fatal_ = SendNext(slot);
       } else {
-        EndAttempt(slot, AttemptStatus::kDone, "done");
+        std::string problem =
+            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool);
+        if (problem.empty()) {
+          EndAttempt(slot, AttemptStatus::kDone, "done");
+        } else {
+          EndAttempt(slot, AttemptStatus::kFailed, problem);
+        }
       }
       return;
     default:
@@ -476,7 +484,7 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   open_logs_.erase(log_path);
   std::string log = " (log: " + log_path + ")";
   if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) {
-    std::string problem = CheckScriptPredictions(paths_.Absolute(a.dir), pool_rows_, test_rows_);
+    std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true);
     if (problem.empty()) {
       a.predict_seconds = 0;
       EndAttempt(slot, AttemptStatus::kDone, "exit 0");
@@ -627,13 +635,12 @@ void Scheduler::KillAll(const std::string& why) {
 }
 
 Status Scheduler::RunRound(int64_t round, uint64_t generation, const LoopConfig& config,
-                           uint64_t pool_rows, uint64_t test_rows, std::vector<MemberTask> tasks,
+                           const PredictionShape& shape, std::vector<MemberTask> tasks,
                            std::vector<MemberResult>* results, PhaseStats* stats) {
   round_ = round;
   generation_ = generation;
   config_ = &config;
-  pool_rows_ = pool_rows;
-  test_rows_ = test_rows;
+  shape_ = shape;
   queue_ = std::move(tasks);
   results_ = results;
   *stats = PhaseStats{};

@@ -43,6 +43,7 @@
 #include "launch/subprocess.h"
 #include "loop/config.h"
 #include "loop/journal.h"
+#include "loop/predictions.h"
 #include "loop/process_host.h"
 #include "loop/progress.h"
 #include "loop/run_dir.h"
@@ -105,11 +106,11 @@ class Scheduler {
 
   // Runs `tasks` for `round` on `generation` until each member is done or out of attempts.
   // `results` is indexed like the config's members; members without a task keep theirs.
-  // `pool_rows` and `test_rows` are the tables' sizes at `generation` (a script's prediction
-  // files are checked against them). Aborted after a second interrupt (workers killed,
-  // attempts journalled as interrupted).
-  Status RunRound(int64_t round, uint64_t generation, const LoopConfig& config, uint64_t pool_rows,
-                  uint64_t test_rows, std::vector<MemberTask> tasks,
+  // Every attempt's prediction files are checked against `shape` (the tables' sizes at
+  // `generation`, the run's class count) when it ends: a bad file fails the attempt. Aborted
+  // after a second interrupt (workers killed, attempts journalled as interrupted).
+  Status RunRound(int64_t round, uint64_t generation, const LoopConfig& config,
+                  const PredictionShape& shape, std::vector<MemberTask> tasks,
                   std::vector<MemberResult>* results, PhaseStats* stats);
 
   // Runs one outside program to completion (the command oracle) while the workers keep being
@@ -182,8 +183,7 @@ class Scheduler {
   std::vector<MemberTask> queue_;
   std::vector<MemberResult>* results_ = nullptr;
   PhaseStats* stats_ = nullptr;
-  uint64_t pool_rows_ = 0;
-  uint64_t test_rows_ = 0;
+  PredictionShape shape_;
 
   // RunProgram's child, while it runs, and where its stdout goes.
   std::optional<ProcessId> program_;

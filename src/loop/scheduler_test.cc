@@ -69,7 +69,8 @@ class SchedulerTest : public ::testing::Test {
     Status begun = run_.journal->BeginRound(run_.run.id, round, 1);
     if (!begun.ok()) return begun;
     results_.assign(config_.members.size(), MemberResult{});
-    return scheduler_->RunRound(round, 1, config_, 9, 6, Tasks(order), &results_, &stats_);
+    PredictionShape shape{.pool_rows = 9, .test_rows = 6, .classes = 3};
+    return scheduler_->RunRound(round, 1, config_, shape, Tasks(order), &results_, &stats_);
   }
 
   // Attempts of round 0 as "member#attempt status: exit".
@@ -152,6 +153,25 @@ TEST_F(SchedulerTest, AnErrorEventIsRetriedOnTheSameWorker) {
   EXPECT_EQ(attempts["m0#2"].status, AttemptStatus::kDone);
   EXPECT_EQ(WorkersStarted(), 1u);
   EXPECT_TRUE(observer_.Has("failed-retrying m0#1: loss diverged"));
+  EXPECT_TRUE(results_[0].done);
+}
+
+TEST_F(SchedulerTest, PredictionsOfAnotherWidthFailTheAttempt) {
+  // m0's first attempt predicts 7 classes where the run has 3; its retry predicts 3.
+  int calls = 0;
+  worker_.predict = [&calls](const std::string& member, const store::Table& table) {
+    int64_t classes = member == "m0" && calls++ < 2 ? 7 : 3;
+    return DefaultFakePredictions(table, classes);
+  };
+  Open(2, 1);
+  ASSERT_TRUE(RunRound().ok());
+  auto attempts = Attempts();
+  EXPECT_EQ(attempts["m0#1"].status, AttemptStatus::kFailed);
+  EXPECT_NE(attempts["m0#1"].exit->find("predictions-pool.npy: 7 classes where the run has 3"),
+            std::string::npos)
+      << *attempts["m0#1"].exit;
+  EXPECT_EQ(attempts["m0#2"].status, AttemptStatus::kDone);
+  EXPECT_EQ(attempts["m1#1"].status, AttemptStatus::kDone);
   EXPECT_TRUE(results_[0].done);
 }
 

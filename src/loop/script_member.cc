@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "common/worker_protocol.h"
-#include "loop/predictions.h"
 #include "loop/run_dir.h"
 #include "store/env.h"
 
@@ -70,6 +69,7 @@ Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
       {"COHORT_TRAIN_TABLE", tables.train},
       {"COHORT_POOL_TABLE", tables.pool},
       {"COHORT_TEST_TABLE", tables.test},
+      {"COHORT_CLASSES", std::to_string(a.classes)},
       {"COHORT_MEMBER", member.name},
       {"COHORT_MEMBER_INDEX", std::to_string(a.member_index)},
       {"COHORT_ROUND", std::to_string(a.round)},
@@ -87,21 +87,6 @@ Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
   sp.stderr_path = InDir(a.out_dir, protocol::file::kMemberLog);
   sp.heartbeat_timeout = a.heartbeat_timeout;
   return sp;
-}
-
-std::string CheckScriptPredictions(const std::string& out_dir, uint64_t pool_rows,
-                                   uint64_t test_rows) {
-  int64_t classes = 0;
-  for (std::string_view name :
-       {protocol::file::kPoolPredictions, protocol::file::kTestPredictions}) {
-    bool pool = name == protocol::file::kPoolPredictions;
-    std::string path = InDir(out_dir, name);
-    if (!fs::exists(path)) return "exited 0 without writing " + std::string(name);
-    auto values = ReadMemberPredictions(path, std::string(name), pool ? pool_rows : test_rows,
-                                        classes, &classes);
-    if (!values.ok()) return values.status().message();
-  }
-  return "";
 }
 
 json NormalizeScriptDone(json done) {

@@ -32,16 +32,12 @@ struct ScriptAttempt {
   std::string out_dir;  // absolute; made empty by PrepareScriptAttempt
   std::string warm_start_from;
   std::chrono::milliseconds heartbeat_timeout{0};
+  int64_t classes = 0;  // the run's class count (COHORT_CLASSES)
 };
 
 // Makes the attempt's directory afresh, writes its spec file durably, and returns how to start
 // the program (argv as configured, in the config file's directory, stderr to member.log).
 Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& attempt);
-
-// Whether a script that exited 0 left sound predictions for both tables in `out_dir`: empty
-// when so, else what is wrong ("exited 0 without writing predictions-pool.npy", a shape, ...).
-std::string CheckScriptPredictions(const std::string& out_dir, uint64_t pool_rows,
-                                   uint64_t test_rows);
 
 // A script's `done` event with its "metrics" object's fields also at the top level (where a
 // native worker puts them), without overriding the event's own fields.

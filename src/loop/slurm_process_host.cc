@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -93,8 +94,15 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
   step.argv = launch::SrunArgv(options_, "cohort-" + (worker ? std::string("worker") : program),
                                in_allocation_, spec.argv);
   std::erase_if(step.env, [](const auto& kv) { return launch::IsLocalBindingVariable(kv.first); });
-  // A step waiting for its resources says nothing; --immediate bounds that wait instead.
+  // A step waiting for its resources says nothing; --immediate bounds that wait, so until the
+  // first line the heartbeat allows the queue wait on top. A task that hangs before its first
+  // line (stuck at start-up, stopped) is still killed, only later.
   step.heartbeat_timeout = std::chrono::milliseconds(0);
+  if (spec.heartbeat_timeout.count() > 0 && options_.queue_timeout_s > 0) {
+    step.heartbeat_timeout =
+        spec.heartbeat_timeout +
+        std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options_.queue_timeout_s) * 1000));
+  }
   COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
   steps_[id] = Step{.log_path = spec.stderr_path, .heartbeat_timeout = spec.heartbeat_timeout};
   return id;

@@ -4,8 +4,9 @@
 // What it adds:
 // - the step's request (partition, time, memory, CPUs, GPUs, extra srun arguments) and Slurm's
 //   own device binding (the local CUDA_VISIBLE_DEVICES and CPU set are not passed on);
-// - a step waiting in the queue is not silent: the heartbeat timeout starts with its first line,
-//   and srun's --immediate ends a step that did not start within queue_timeout_s;
+// - a step waiting in the queue is not silent: until its first line the heartbeat timeout
+//   allows queue_timeout_s on top (srun's --immediate ends a step that did not start by then),
+//   after it the member's own timeout applies;
 // - an end Slurm caused is said in words in ExitInfo::detail ("slurm: the step did not start
 //   within 300 s (partition gpu, 1 GPU, 1 CPU): Requested nodes are busy", a time limit,
 //   preemption, a node failure), read from the step's log;

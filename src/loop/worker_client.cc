@@ -55,6 +55,7 @@ json WorkerCommand(WorkerStep step, const AttemptCommandContext& c) {
       model::TrainConfig train = c.member->train;
       train.member = c.member->name;
       train.warm_start_from = c.warm_start_from;
+      if (train.classes == 0) train.classes = c.classes;
       json config = model::TrainConfigToJson(train);
       config.erase("device");  // the worker's own: its --device and --threads
       command["op"] = Str(protocol::op::kTrain);

@@ -47,6 +47,7 @@ struct AttemptCommandContext {
   std::string attempt_dir;  // absolute
   std::string warm_start_from;
   const StoreConfig* tables = nullptr;
+  int64_t classes = 0;  // the run's class count, for a member without its own `classes`
 };
 
 // The command for `step`, with its id (unique per round, member, attempt and step).
