@@ -319,6 +319,48 @@ class CommandOracle(LoopCase):
                 self.assertEqual(n, 2)
 
 
+    def test_an_answer_outside_the_classes_is_never_committed(self):
+        config = self.oracle_config()
+        proc = self.run_loop(config, expect=1, env=dict(os.environ, ORACLE_MODE="range"))
+        err = [l for l in proc.stderr.splitlines() if l.startswith("cohort: error:")]
+        self.assertEqual(len(err), 1, proc.stderr)
+        self.assertIn("2 label(s) outside [0, 10) at sample id", err[0])
+        self.assertIn("(label 99)", err[0])
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        s = self.status(run_dir)
+        self.assertEqual(s["rounds"][0]["status"], "failed")
+        self.assertEqual(s["store_generation"], s["rounds"][0]["input_generation"])
+        self.assertIn("ok", cohort("data", "verify", os.path.join(run_dir, "store")).stdout)
+        # Fixed, the run goes on and finishes.
+        self.run_loop(config)
+        self.assertEqual(self.status(run_dir)["status"], "finished")
+
+    def test_a_hanging_oracle_is_killed_at_its_timeout(self):
+        config = write_config(self.dir, rounds=2, k=50, members=MEMBERS[:1], strategy="entropy",
+                              oracle=f'[oracle]\nkind = "command"\ntimeout_s = 2\n'
+                                     f'command = ["/usr/bin/python3", "{ORACLE}"]\n')
+        t0 = time.monotonic()
+        proc = self.run_loop(config, expect=1, env=dict(os.environ, ORACLE_MODE="hang"))
+        self.assertIn("did not answer within 2 s (oracle.timeout_s)", proc.stderr)
+        self.assertLess(time.monotonic() - t0, 120)
+
+    def test_ctrl_c_twice_while_the_oracle_runs_stops_resumably(self):
+        config = self.oracle_config()
+        proc = self.start(config, env=dict(os.environ, ORACLE_MODE="hang"))
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        self.wait_for(lambda: os.path.exists(os.path.join(run_dir, "oracle", "round-0000",
+                                                          "oracle.log")), what="the oracle")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130)  # as docs/cli.md says
+        self.assertEqual(self.status(run_dir)["status"], "stopped")
+        self.run_loop(config)
+        self.assertEqual(self.status(run_dir)["status"], "finished")
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been

@@ -107,6 +107,20 @@ class SlurmCase(LoopCase):
         finally:
             db.close()
 
+    def wait_for_empty_cluster(self, timeout=300):
+        """Waits for every job to leave the queue; on a timeout, says what is left and why."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.squeue():
+                return
+            time.sleep(0.2)
+        jobs = subprocess.run(["scontrol", "show", "job"], env=env(), capture_output=True,
+                              text=True, timeout=30).stdout
+        procs = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args"], capture_output=True,
+                               text=True).stdout
+        procs = "\n".join(l for l in procs.splitlines() if "cohort" in l or "slurmstepd" in l)
+        self.fail(f"jobs still queued after {timeout} s:\n{jobs}\nprocesses:\n{procs}")
+
     def squeue(self):
         out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env(), capture_output=True,
                              text=True, timeout=30).stdout
@@ -164,7 +178,7 @@ class SlurmLoop(SlurmCase):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
         # Nothing left behind on the cluster (a killed step takes a moment to be cleaned up).
-        self.wait_for(lambda: not self.squeue(), timeout=60, what="the cluster to be empty")
+        self.wait_for_empty_cluster()
 
     def worker_pids(self):
         """Pids of `cohort-member worker` processes (the tasks slurmstepd started, not srun)."""
@@ -196,7 +210,7 @@ class SlurmLoop(SlurmCase):
             proc.send_signal(signal.SIGINT)
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
-        self.wait_for(lambda: not self.squeue(), timeout=60, what="the cluster to be empty")
+        self.wait_for_empty_cluster()
 
     def test_an_impossible_request_fails_within_the_queue_timeout(self):
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
@@ -230,7 +244,7 @@ class SlurmLoop(SlurmCase):
                                   for r in self.attempts(run_dir)),
                       timeout=300, what="round 1 running")
         subprocess.run(["scancel", job.split(";")[0]], env=env(), check=True, timeout=30)
-        self.wait_for(lambda: not self.squeue(), timeout=120, what="the job to end")
+        self.wait_for_empty_cluster()
         self.assertNotEqual(self.status(run_dir)["status"], "finished")
         submit()
         self.wait_for(lambda: not self.squeue() and self.status(run_dir)["status"] == "finished",

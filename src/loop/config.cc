@@ -23,6 +23,9 @@ namespace cohort::loop {
 
 namespace {
 
+// The largest number of seconds a timeout may be: beyond it a typo, not a plan.
+constexpr double kMaxSeconds = 1e7;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using TV = toml::basic_value<toml::discard_comments, std::map, std::vector>;
@@ -717,14 +720,14 @@ void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
 
 void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracle) {
   const TV* t = r.Table("oracle");
-  Reader o(e, t, "oracle.", t ? LineOf(*t) : 1, {"kind", "command"});
+  Reader o(e, t, "oracle.", t ? LineOf(*t) : 1, {"kind", "command", "timeout_s"});
   std::string kind = "hidden_labels";
   o.String("kind", &kind);
   if (!o.ok()) return;
   if (kind == "hidden_labels") {
     oracle->kind = OracleConfig::Kind::kHiddenLabels;
-    if (o.Get("command") != nullptr) {
-      o.Fail("command", "only for kind = \"command\"");
+    for (const char* key : {"command", "timeout_s"}) {
+      if (o.Get(key) != nullptr) o.Fail(key, "only for kind = \"command\"");
     }
   } else if (kind == "command") {
     oracle->kind = OracleConfig::Kind::kCommand;
@@ -733,6 +736,10 @@ void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracl
       o.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
     } else {
       ReadArgv(e, *cmd, "oracle.command", base, &oracle->command);
+    }
+    if (o.Number("timeout_s", &oracle->timeout_s) &&
+        !(oracle->timeout_s >= 0 && oracle->timeout_s <= kMaxSeconds)) {
+      o.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
     }
   } else {
     o.Fail("kind", "unknown oracle '" + kind + "' (hidden_labels, command)");
@@ -793,7 +800,6 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
   }
   if (failure.min_members == FailureConfig::kAllMembers) failure.min_members = members;
   // Bounded so the controller's conversion to a clock duration cannot overflow.
-  constexpr double kMaxSeconds = 1e7;
   if (f.Number("heartbeat_timeout_s", &failure.heartbeat_timeout_s) &&
       !(failure.heartbeat_timeout_s > 0 && failure.heartbeat_timeout_s <= kMaxSeconds)) {
     f.Fail("heartbeat_timeout_s", "must be > 0 and at most 1e7 seconds");
@@ -983,6 +989,8 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
         {"heartbeat_timeout_s", c.failure.heartbeat_timeout_s},
         {"attempt_timeout_s", c.failure.attempt_timeout_s}}},
   };
+  // Only when set, so the JSON (and fingerprint) of a run from before it stays as it was.
+  if (c.oracle.timeout_s > 0) out["oracle"]["timeout_s"] = c.oracle.timeout_s;
   // Only for Slurm runs, so a local run's JSON (and fingerprint) stays as it was.
   if (c.launcher == Launcher::kSlurm) {
     const launch::SlurmOptions& o = c.slurm;

@@ -64,6 +64,7 @@ struct OracleConfig {
   enum class Kind { kHiddenLabels, kCommand };
   Kind kind = Kind::kHiddenLabels;
   std::vector<std::string> command;  // argv, kCommand only
+  double timeout_s = 0;              // kCommand: killed past this, failing the round; 0: none
 };
 const char* OracleKindName(OracleConfig::Kind kind);
 

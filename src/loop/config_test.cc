@@ -305,6 +305,12 @@ TEST(LoopConfigTest, CommandOracleWithoutCommand) {
             "\"arg\", ...]");
   EXPECT_EQ(Error(std::string(kFull) + "\n[oracle]\ncommand = [\"x\"]\n"),
             "dir/loop.toml:40: oracle.command: only for kind = \"command\"");
+  EXPECT_EQ(Error(std::string(kFull) + "\n[oracle]\ntimeout_s = 5\n"),
+            "dir/loop.toml:40: oracle.timeout_s: only for kind = \"command\"");
+  std::string command = std::string(kFull) + "\n[oracle]\nkind = \"command\"\ncommand = [\"x\"]\n";
+  EXPECT_EQ(Error(command + "timeout_s = -1\n"),
+            "dir/loop.toml:42: oracle.timeout_s: must be >= 0 (0: no limit) and at most 1e7 "
+            "seconds");
 }
 
 TEST(LoopConfigTest, NoStopRule) {

@@ -2,7 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -11,6 +14,8 @@
 namespace cohort::loop {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr const char* kRunStatusNames[] = {"running", "finished", "failed", "stopped"};
 constexpr const char* kRoundStatusNames[] = {"training",   "predicting", "acquiring", "labelling",
@@ -276,6 +281,7 @@ Journal::~Journal() {
 }
 
 Status Journal::Error(int rc, const char* purpose) const {
+  last_rc_ = rc;
   const char* detail = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   std::string msg = path_ + ": " + purpose + ": " + detail;
   switch (rc & 0xff) {
@@ -318,19 +324,103 @@ Result<sqlite3_stmt*> Journal::Prepare(const char* sql, const char* purpose) {
   COHORT_ASSIGN_OR_RETURN(sqlite3_stmt* var##_raw_, Prepare(sql, purpose)); \
   Stmt var(this, var##_raw_, purpose)
 
+namespace {
+
+// A reader may not be able to make the -shm file WAL mode needs (a read-only directory): it
+// then reads the file as immutable, which is right there, since nothing can write it either.
+bool NeedsImmutableRead(int rc) {
+  int primary = rc & 0xff;
+  return primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY || primary == SQLITE_IOERR;
+}
+
+std::string FileUri(const std::string& path, bool immutable) {
+  std::string uri = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      uri += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    } else {
+      uri += c;
+    }
+  }
+  return uri + (immutable ? "?mode=ro&immutable=1" : "?mode=ro");
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
                                                const JournalOptions& options) {
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  std::unique_ptr<Journal> j(new Journal(path, db));
-  if (rc != SQLITE_OK) {
-    Status s = j->Error(rc, "open");
-    return db == nullptr ? Status::IOError(path + ": open: out of memory") : s;
+  if (options.read_only) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return Status::NotFound(path + ": no journal");
+    if (fs::file_size(path, ec) == 0 && !ec) {
+      return Status::InvalidArgument(path + ": the journal is an empty file (a run that never "
+                                            "started, or a damaged one)");
+    }
   }
-  sqlite3_extended_result_codes(db, 1);
-  COHORT_RETURN_IF_ERROR(j->Init(options));
-  return j;
+  for (bool immutable : {false, true}) {
+    if (immutable && !options.read_only) break;
+    sqlite3* db = nullptr;
+    int flags = SQLITE_OPEN_NOMUTEX |
+                (options.read_only ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+                                   : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    std::string name = options.read_only ? FileUri(path, immutable) : path;
+    int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+    std::unique_ptr<Journal> j(new Journal(path, db));
+    if (rc != SQLITE_OK) {
+      Status s = j->Error(rc, "open");
+      return db == nullptr ? Status::IOError(path + ": open: out of memory") : s;
+    }
+    sqlite3_extended_result_codes(db, 1);
+    Status init = options.read_only ? j->InitReadOnly() : j->Init(options);
+    if (options.read_only && !immutable && !init.ok() && NeedsImmutableRead(j->last_rc_)) {
+      continue;
+    }
+    if (init.code() == Status::Code::kCorruption &&
+        init.message().find(kJournalRecoveryHint) == std::string::npos) {
+      return Status::Corruption(std::string(init.message()) + "; " + kJournalRecoveryHint);
+    }
+    COHORT_RETURN_IF_ERROR(init);
+    return j;
+  }
+  return Status::IOError(path + ": open: cannot read the journal");
+}
+
+Status Journal::InitReadOnly() {
+  {
+    COHORT_STMT_(uv, "PRAGMA user_version", "read the schema version");
+    COHORT_ASSIGN_OR_RETURN(bool row, uv.Step());
+    int64_t version = row ? uv.ColInt(0) : 0;
+    if (version != kJournalSchemaVersion) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: journal schema version {}; this build reads version {}{}", path_, version,
+          kJournalSchemaVersion,
+          version == 0 ? " (not a cohort journal)"
+          : version < kJournalSchemaVersion
+              ? " (the next `cohort run` of this run upgrades it)"
+              : " (it was written by a newer cohort)"));
+    }
+  }
+  COHORT_RETURN_IF_ERROR(QuickCheck());
+  return Exec("PRAGMA query_only=ON", "make the connection read-only");
+}
+
+Status Journal::QuickCheck() {
+  COHORT_STMT_(check, "PRAGMA quick_check(1)", "check the journal");
+  auto row = check.Step();
+  std::string verdict;
+  if (!row.ok()) {
+    verdict = std::string(row.status().message());
+    if (row.status().code() != Status::Code::kCorruption) return row.status();
+  } else {
+    verdict = *row ? check.ColText(0) : "no answer";
+    if (verdict == "ok") return Status::OK();
+  }
+  // SQLite's verdict spans lines ("*** in database main ***\nTree 3 page 3 ..."): one line.
+  for (char& c : verdict) {
+    if (c == '\n') c = ' ';
+  }
+  return Status::Corruption(fmt::format("{}: the journal is damaged (SQLite quick_check: {}); {}",
+                                        path_, verdict, kJournalRecoveryHint));
 }
 
 Status Journal::Init(const JournalOptions& options) {
@@ -344,6 +434,7 @@ Status Journal::Init(const JournalOptions& options) {
     }
   }
   COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", "set synchronous=FULL"));
+  COHORT_RETURN_IF_ERROR(QuickCheck());
   // Create (or upgrade) the schema once; another process may be doing the same, so check under
   // the lock. Foreign keys are enforced from the end of this step on: an upgrade rebuilds a
   // table other tables point at.

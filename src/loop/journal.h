@@ -181,13 +181,23 @@ struct AcquiredSample {
 
 struct JournalOptions {
   int busy_timeout_ms = 10000;  // how long a write waits for another writer's lock
+  // A reader's open (`cohort status`, reports): never creates, upgrades or writes anything,
+  // works on a read-only run directory, and needs the journal at the current schema version.
+  bool read_only = false;
 };
+
+// What to do about a journal SQLite finds damaged, for messages and docs/journal.md.
+inline constexpr char kJournalRecoveryHint[] =
+    "move it aside and recover what SQLite can read with `sqlite3 run.db.damaged .recover | "
+    "sqlite3 run.db` (docs/journal.md, \"A damaged journal\")";
 
 class Journal {
  public:
   // Opens `path` (normally RUN_DIR/run.db), creating it with the current schema when it does
-  // not exist. InvalidArgument for a journal of a newer schema version or an SQLite database
-  // that is not a journal; Corruption for a file that is not an SQLite database.
+  // not exist (unless read_only), and runs SQLite's quick_check on it. InvalidArgument for a
+  // journal of a newer schema version or an SQLite database that is not a journal; Corruption
+  // for a file that is not an SQLite database or that the quick check finds damaged (the
+  // message says what to do).
   static Result<std::unique_ptr<Journal>> Open(const std::string& path,
                                                const JournalOptions& options = {});
   ~Journal();
@@ -256,6 +266,8 @@ class Journal {
 
   Status CreateOrUpgradeSchema();
   Status Init(const JournalOptions& options);
+  Status InitReadOnly();
+  Status QuickCheck();
   Status Exec(const char* sql, const char* purpose);
   // A prepared statement for `sql`, compiled on first use and kept for the Journal's life.
   Result<sqlite3_stmt*> Prepare(const char* sql, const char* purpose);
@@ -269,6 +281,7 @@ class Journal {
   sqlite3* db_;
   std::mutex mu_;
   std::map<const char*, sqlite3_stmt*> stmts_;
+  mutable int last_rc_ = 0;  // the code of the last error Error() made
 };
 
 }  // namespace cohort::loop

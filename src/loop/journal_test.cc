@@ -424,6 +424,60 @@ TEST(JournalTest, DamagedFileGivesClearError) {
       << missing.status().ToString();
 }
 
+TEST(JournalTest, AReaderCreatesAndWritesNothing) {
+  std::string dir = ScratchDir();
+  auto missing = Journal::Open(dir + "/run.db", {.read_only = true});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(missing.status().IsNotFound()) << missing.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run.db"));
+  // A 0-byte journal is refused as it is; a writer's open would have made a schema in it.
+  std::ofstream(dir + "/run.db").close();
+  auto empty = Journal::Open(dir + "/run.db", {.read_only = true});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty file"), std::string::npos)
+      << empty.status().ToString();
+  EXPECT_EQ(std::filesystem::file_size(dir + "/run.db"), 0u);
+  // A journal of another schema version is read by nobody but a writer, who upgrades it.
+  std::filesystem::remove(dir + "/run.db");
+  {
+    auto j = MustOpen(dir + "/run.db");
+    ASSERT_TRUE(j->StartRun(SampleRun()).ok());
+  }
+  auto reader = Journal::Open(dir + "/run.db", {.read_only = true});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto run = (*reader)->FindRun("fmnist");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_FALSE((*reader)->StartRun(SampleRun("other")).ok());
+}
+
+TEST(JournalTest, ADamagedPageIsFoundAtOpenAndTheMessageSaysWhatToDo) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    auto id = j->StartRun(SampleRun());
+    ASSERT_TRUE(id.ok());
+    for (int r = 0; r < 200; ++r) ASSERT_TRUE(j->BeginRound(*id, r, r).ok());
+  }
+  // Every page after the first few gets garbage in its middle (the WAL is checkpointed into
+  // the main file when the last connection closes).
+  auto size = std::filesystem::file_size(path);
+  ASSERT_GT(size, 4u * 4096);
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    for (uint64_t page = 2; page * 4096 < size; ++page) {
+      f.seekp(static_cast<std::streamoff>(page * 4096 + 100));
+      f << std::string(64, '\x5a');
+    }
+  }
+  for (bool read_only : {false, true}) {
+    auto j = Journal::Open(path, {.read_only = read_only});
+    ASSERT_FALSE(j.ok()) << "read_only " << read_only;
+    EXPECT_TRUE(j.status().IsCorruption()) << j.status().ToString();
+    EXPECT_NE(j.status().message().find(".recover"), std::string::npos) << j.status().ToString();
+    EXPECT_EQ(j.status().message().find('\n'), std::string::npos);
+  }
+}
+
 // The child opens its own connection, begins a transaction, writes enough to spill pages into
 // the WAL, tells the parent, and waits to be killed.
 TEST(JournalTest, ChildKilledInsideTransactionLeavesLastCommittedState) {

@@ -1,5 +1,8 @@
 #include "loop/oracle.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <span>
@@ -69,6 +72,8 @@ Result<std::optional<store::HostArray>> LabelSamples(
     spec.cwd = fs::path(config.path).parent_path().string();
     if (spec.cwd.empty()) spec.cwd = ".";
     spec.stderr_path = dir + "/oracle.log";
+    spec.wall_clock_limit =
+        std::chrono::milliseconds(static_cast<int64_t>(config.oracle.timeout_s * 1000));
     spec.env = {
         {"COHORT_ORACLE_IDS", ids_path},       {"COHORT_ORACLE_FEATURES", features_path},
         {"COHORT_ORACLE_LABELS", answer_path}, {"COHORT_ROUND", std::to_string(round)},
@@ -76,6 +81,11 @@ Result<std::optional<store::HostArray>> LabelSamples(
         {"COHORT_RUN_DIR", paths.root}};
     auto exit = scheduler->RunProgram(spec);
     if (!exit.ok()) return exit.status().WithContext("oracle " + program);
+    if (exit->reason == launch::ExitReason::kKilledForWallClock) {
+      return Status::InvalidArgument(fmt::format(
+          "oracle {} did not answer within {} s (oracle.timeout_s) and was killed (its log: {})",
+          program, config.oracle.timeout_s, spec.stderr_path));
+    }
     if (exit->reason != launch::ExitReason::kExited || exit->exit_code != 0) {
       return Status::InvalidArgument("oracle " + program + " " + exit->ToString() +
                                      " (its log: " + spec.stderr_path + ")");

@@ -40,7 +40,7 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
   text << in.rdbuf();
   auto config = ParseLoopConfig(text.str(), paths.config(), run_dir);
   if (!config.ok()) return config.status();
-  COHORT_ASSIGN_OR_RETURN(auto journal, Journal::Open(paths.journal()));
+  COHORT_ASSIGN_OR_RETURN(auto journal, Journal::Open(paths.journal(), {.read_only = true}));
   COHORT_ASSIGN_OR_RETURN(RunRecord run, journal->FindRun(config->name));
   COHORT_ASSIGN_OR_RETURN(auto rounds, journal->RoundsOf(run.id));
   auto holder = RunLockHolder(run_dir);

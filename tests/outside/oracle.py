@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """A command oracle for tests/loop_test.py: labels each sample `id % 10`, or misbehaves as
-$ORACLE_MODE says (`fail`: exit 1; `short`: one label too few)."""
+$ORACLE_MODE says (`fail`: exit 1; `short`: one label too few; `range`: label 99 for the
+first two samples; `hang`: sleeps forever)."""
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -13,7 +15,12 @@ mode = os.environ.get("ORACLE_MODE", "ok")
 print(f"labelling {len(ids)} samples of round {os.environ['COHORT_ROUND']}", file=sys.stderr)
 if mode == "fail":
     sys.exit(1)
+if mode == "hang":
+    while True:
+        time.sleep(1)
 labels = (ids % 10).astype(np.int64)
 if mode == "short":
     labels = labels[:-1]
+if mode == "range":
+    labels[:2] = 99
 np.save(os.environ["COHORT_ORACLE_LABELS"], labels)
