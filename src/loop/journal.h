@@ -188,8 +188,8 @@ struct JournalOptions {
 
 // What to do about a journal SQLite finds damaged, for messages and docs/journal.md.
 inline constexpr char kJournalRecoveryHint[] =
-    "move it aside and recover what SQLite can read with `sqlite3 run.db.damaged .recover | "
-    "sqlite3 run.db` (docs/journal.md, \"A damaged journal\")";
+    "move it aside and copy what SQLite can still read into a new one (docs/journal.md, \"A "
+    "damaged journal\")";
 
 class Journal {
  public:
