@@ -361,6 +361,70 @@ class CommandOracle(LoopCase):
         self.assertEqual(self.status(run_dir)["status"], "finished")
 
 
+class JournalCare(LoopCase):
+    """`cohort status` writes nothing; a damaged journal is found and can be recovered."""
+
+    def finished_run(self):
+        config = write_config(self.dir, rounds=2, k=50, members=MEMBERS[:2])
+        self.run_loop(config)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        # Fold the WAL into run.db, as a controller's last close does.
+        db = sqlite3.connect(os.path.join(run_dir, "run.db"))
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(os.path.join(run_dir, "run.db" + suffix)):
+                os.remove(os.path.join(run_dir, "run.db" + suffix))
+        return config, run_dir
+
+    def test_status_on_a_read_only_run_directory_and_on_an_empty_journal(self):
+        config, run_dir = self.finished_run()
+        before = self.status(run_dir)
+        mount = os.path.join(self.dir, "ro")
+        os.makedirs(mount)
+        if subprocess.run(["mount", "--bind", run_dir, mount], capture_output=True).returncode:
+            self.skipTest("cannot bind-mount (not root)")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", mount], check=True)
+            after = self.status(mount)
+            # The same rounds, seen through the mount's path.
+            self.assertEqual(json.dumps(after["rounds"]).replace(mount, run_dir),
+                             json.dumps(before["rounds"]))
+        finally:
+            subprocess.run(["umount", mount], check=True)
+        with open(os.path.join(run_dir, "run.db"), "w"):
+            pass  # 0 bytes
+        proc = cohort("status", run_dir, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("the journal is an empty file", proc.stderr)
+        self.assertEqual(os.path.getsize(os.path.join(run_dir, "run.db")), 0)
+
+    def test_a_damaged_journal_is_refused_and_the_documented_recovery_works(self):
+        config, run_dir = self.finished_run()
+        before = self.status(run_dir)
+        path = os.path.join(run_dir, "run.db")
+        with open(path, "r+b") as f:  # one damaged page (a cell offset out of range)
+            f.seek(7 * 4096 + 8)
+            f.write(b"\x05" * 4)
+        for args in (["status", run_dir], ["run", config]):
+            proc = cohort(*args, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertIn("the journal is damaged (SQLite quick_check:", proc.stderr)
+            self.assertIn("A damaged journal", proc.stderr)
+        # docs/journal.md, "A damaged journal", step by step.
+        damaged = os.path.join(self.dir, "damaged-run.db")
+        os.rename(path, damaged)
+        dump = subprocess.run(["sqlite3", damaged, ".dump"], capture_output=True,
+                              check=True).stdout
+        subprocess.run(["sqlite3", path], input=dump, capture_output=True)
+        subprocess.run(["sqlite3", path, "PRAGMA user_version = 3"], check=True)
+        after = self.status(run_dir)
+        self.assertEqual(after["status"], "finished")
+        self.assertEqual(len(after["rounds"]), len(before["rounds"]))
+        proc = self.run_loop(config)
+        self.assertIn("finished", proc.stdout)
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been
