@@ -361,6 +361,40 @@ class CommandOracle(LoopCase):
         self.assertEqual(self.status(run_dir)["status"], "finished")
 
 
+class StoreLock(LoopCase):
+    def test_a_writer_outside_the_run_is_refused_while_it_runs(self):
+        config = write_config(self.dir, rounds=1, members=MEMBERS[:1], devices=1,
+                              strategy="entropy", epochs=200)
+        proc = self.start(config)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        try:
+            self.wait_for(lambda: self.running_attempt(run_dir), what="a running attempt")
+            remove = cohort("data", "remove", os.path.join(run_dir, "store"), "--table", "pool",
+                            "--ids", "0", check=False)
+            self.assertEqual(remove.returncode, 1, remove.stderr)
+            self.assertIn("held by another writer (pid", remove.stderr)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+        # The other way round: a run whose store another writer holds does not start.
+        locker = subprocess.Popen(
+            ["/usr/bin/python3", "-c",
+             "import fcntl, sys, time; f = open(sys.argv[1], 'r+'); fcntl.lockf(f, fcntl.LOCK_EX)"
+             "; print('locked', flush=True); time.sleep(120)",
+             os.path.join(run_dir, "store", "LOCK")], stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(locker.stdout.readline().strip(), "locked")
+            blocked = self.run_loop(config, expect=1)
+            self.assertIn("a run keeps its store to itself while it runs", blocked.stderr)
+        finally:
+            locker.kill()
+            locker.wait()
+        # Once the other writer is gone, the run goes on from where it was stopped.
+        self.run_loop(config)
+        self.assertEqual(self.status(run_dir)["status"], "finished")
+
+
 class JournalCare(LoopCase):
     """`cohort status` writes nothing; a damaged journal is found and can be recovered."""
 

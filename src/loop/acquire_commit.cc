@@ -123,7 +123,10 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
   auto t2 = Clock::now();
   timings->label_s = Seconds(t2 - t1);
   COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kCommitting));
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(c.paths->store(), c.env));
+  COHORT_ASSIGN_OR_RETURN(auto txn, c.store_lock != nullptr
+                                        ? store::Transaction::BeginHeld(c.paths->store(),
+                                                                        *c.store_lock, c.env)
+                                        : store::Transaction::Begin(c.paths->store(), c.env));
   COHORT_RETURN_IF_ERROR(
       txn->Move(config.store.pool, config.store.train, picks.ids, labels ? &*labels : nullptr));
   COHORT_ASSIGN_OR_RETURN(

@@ -32,6 +32,7 @@ struct AcquireContext {
   store::Env* env = nullptr;
   Scheduler* scheduler = nullptr;  // runs a command oracle
   int64_t classes = 0;             // the run's class count: an oracle's labels must fit it
+  const store::FileLock* store_lock = nullptr;  // the run's hold on its store's writer lock
 };
 
 struct AcquireResult {

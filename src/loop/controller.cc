@@ -25,6 +25,7 @@
 #include "loop/stop_rules.h"
 #include "store/snapshot.h"
 #include "store/store.h"
+#include "store/transaction.h"
 
 namespace cohort::loop {
 
@@ -144,6 +145,9 @@ class Controller {
   store::Env* store_env_ = nullptr;
   uint64_t starting_labels_ = 0;
   int64_t classes_ = 0;  // RunClassCount
+  // The run keeps its store's writer lock from start to end: a writer outside the run (a
+  // `cohort data remove` on it) is refused instead of breaking the run's resume.
+  std::unique_ptr<store::FileLock> store_lock_;
   std::optional<double> last_accuracy_;
   std::string stop_reason_;
   PhaseTimings reconsidered_timings_;  // the training timings of a round looked at again
@@ -216,6 +220,15 @@ Status Controller::OpenRunDirectory() {
                     config_.name, config_.members.size(), config_.devices.size(),
                     run_.run.source_store, run_.run.source_generation, run_.paths.store()));
   }
+  auto lock = store::Transaction::LockStore(run_.paths.store(), store_env_);
+  if (!lock.ok()) {
+    if (lock.status().code() != Status::Code::kBusy) return lock.status();
+    return Status::Busy(fmt::format(
+        "{}: a run keeps its store to itself while it runs; stop the other writer first (or "
+        "change a copy made with `cohort data clone`)",
+        lock.status().message()));
+  }
+  store_lock_ = std::move(*lock);
   COHORT_RETURN_IF_ERROR(run_.journal->SetRunStatus(run_.run.id, RunStatus::kRunning));
   COHORT_ASSIGN_OR_RETURN(
       auto first,
@@ -492,7 +505,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
                          .run_id = run_id,
                          .env = store_env_,
                          .scheduler = scheduler_.get(),
-                         .classes = classes_};
+                         .classes = classes_,
+                         .store_lock = store_lock_.get()};
   COHORT_ASSIGN_OR_RETURN(
       AcquireResult acquired,
       AcquireAndCommit(context, round, *t.snap, with_pool, decision.k, &outcome.timings));

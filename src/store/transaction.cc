@@ -138,10 +138,26 @@ Transaction::~Transaction() {
   for (const auto& path : written_) (void)env_->RemoveFile(path);
 }
 
-Result<std::unique_ptr<Transaction>> Transaction::Begin(const std::string& dir, Env* env) {
+Result<std::unique_ptr<FileLock>> Transaction::LockStore(const std::string& dir, Env* env) {
   // Refuse a directory that is not a store before creating a LOCK file in it.
   COHORT_RETURN_IF_ERROR(ReadCurrent(env, dir).status());
-  COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
+  return env->LockFile(JoinPath(dir, "LOCK"));
+}
+
+Result<std::unique_ptr<Transaction>> Transaction::BeginHeld(const std::string& dir,
+                                                            const FileLock& /*held*/, Env* env) {
+  // The lock object itself is only proof: the caller keeps it for longer than this
+  // transaction.
+  return Begin(dir, env, nullptr);
+}
+
+Result<std::unique_ptr<Transaction>> Transaction::Begin(const std::string& dir, Env* env) {
+  COHORT_ASSIGN_OR_RETURN(auto lock, LockStore(dir, env));
+  return Begin(dir, env, std::move(lock));
+}
+
+Result<std::unique_ptr<Transaction>> Transaction::Begin(const std::string& dir, Env* env,
+                                                        std::unique_ptr<FileLock> lock) {
   COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
   COHORT_ASSIGN_OR_RETURN(auto base, Snapshot::Open(dir, current, env));
   std::unique_ptr<Transaction> txn(new Transaction(dir, env, std::move(lock), std::move(base)));

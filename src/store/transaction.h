@@ -38,6 +38,15 @@ class Transaction {
  public:
   static Result<std::unique_ptr<Transaction>> Begin(const std::string& dir,
                                                     Env* env = Env::Default());
+  // The store's writer lock, for a process that keeps the store to itself across several
+  // transactions (a run's controller, for the whole run): other writers are refused with Busy
+  // naming its pid meanwhile. Busy if another writer holds it.
+  static Result<std::unique_ptr<FileLock>> LockStore(const std::string& dir,
+                                                     Env* env = Env::Default());
+  // Begin, under `held`: the lock LockStore gave for `dir`, which the caller keeps.
+  static Result<std::unique_ptr<Transaction>> BeginHeld(const std::string& dir,
+                                                        const FileLock& held,
+                                                        Env* env = Env::Default());
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
@@ -81,6 +90,9 @@ class Transaction {
   struct TableState;
   Transaction(std::string dir, Env* env, std::unique_ptr<FileLock> lock,
               std::shared_ptr<const Snapshot> base);
+  // The rest of Begin, once the writer lock is held (`lock`, or null under BeginHeld).
+  static Result<std::unique_ptr<Transaction>> Begin(const std::string& dir, Env* env,
+                                                    std::unique_ptr<FileLock> lock);
   Status CleanUpLeftovers();
   Result<TableState*> MutableTable(const std::string& name);
   Result<const TableState*> FindTable(const std::string& name) const;
@@ -94,7 +106,7 @@ class Transaction {
 
   std::string dir_;
   Env* env_;
-  std::unique_ptr<FileLock> lock_;
+  std::unique_ptr<FileLock> lock_;  // null under BeginHeld: the caller holds it
   std::shared_ptr<const Snapshot> base_;
   Manifest next_;  // counters and metadata of the generation being built
   std::map<std::string, std::unique_ptr<TableState>> tables_;
