@@ -62,8 +62,16 @@ double Entropy(const double* p, int64_t n) {
   return h;
 }
 
-std::string Where(int64_t member, int64_t sample) {
-  return "member " + std::to_string(member) + " sample " + std::to_string(sample);
+std::string Where(int64_t member, int64_t sample, std::span<const std::string> member_names,
+                  std::span<const uint64_t> sample_ids) {
+  auto m = static_cast<size_t>(member);
+  auto i = static_cast<size_t>(sample);
+  std::string who = m < member_names.size() ? "member " + member_names[m]
+                                             : "member " + std::to_string(member);
+  std::string what = i < sample_ids.size() ? "row " + std::to_string(sample) + " (sample id " +
+                                                 std::to_string(sample_ids[i]) + ")"
+                                           : "row " + std::to_string(sample);
+  return who + " " + what;
 }
 
 }  // namespace
@@ -97,7 +105,9 @@ Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& da
   return p;
 }
 
-Status ValidatePredictions(const EnsemblePredictions& predictions) {
+Status ValidatePredictions(const EnsemblePredictions& predictions,
+                           std::span<const std::string> member_names,
+                           std::span<const uint64_t> sample_ids) {
   const EnsemblePredictions& p = predictions;
   if (p.members < 1) return Status::InvalidArgument("predictions have no members");
   if (p.classes < 2) {
@@ -117,13 +127,15 @@ Status ValidatePredictions(const EnsemblePredictions& predictions) {
       for (int64_t c = 0; c < p.classes; c++) {
         const float v = row[c];
         if (!std::isfinite(v) || v < 0) {
-          return Status::InvalidArgument(Where(m, i) + ": probability of class " +
+          return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+                                         ": probability of class " +
                                          std::to_string(c) + " is " + std::to_string(v));
         }
         sum += v;
       }
       if (std::abs(sum - 1.0) > kProbabilitySumTolerance) {
-        return Status::InvalidArgument(Where(m, i) + ": probabilities sum to " +
+        return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+                                       ": probabilities sum to " +
                                        std::to_string(sum) + ", not 1");
       }
     }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,12 @@ inline constexpr double kProbabilitySumTolerance = 1e-3;
 
 // OK when members >= 1, classes >= 2, samples >= 0, data is set (unless empty), and every
 // value is finite and non-negative with every row summing to 1 within
-// kProbabilitySumTolerance; otherwise an InvalidArgument naming the member and sample.
-Status ValidatePredictions(const EnsemblePredictions& predictions);
+// kProbabilitySumTolerance; otherwise an InvalidArgument naming the member and sample: by
+// name and sample id when `member_names` / `sample_ids` give them (one per member / sample),
+// else by index ("member 0 row 3").
+Status ValidatePredictions(const EnsemblePredictions& predictions,
+                           std::span<const std::string> member_names = {},
+                           std::span<const uint64_t> sample_ids = {});
 
 // The strategy names Acquire accepts: random, entropy, margin, least_confident, variance,
 // bald, vote_entropy. The one list: the loop config checks `strategy` against it and names

@@ -256,7 +256,7 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   t.data[(1 * 4 + 2) * 3 + 1] = std::nanf("");
   auto r = Acquire("entropy", t.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 1 sample 2"), std::string::npos)
+  EXPECT_NE(r.status().message().find("member 1 row 2"), std::string::npos)
       << r.status().message();
   // Random validates too.
   EXPECT_FALSE(Acquire("random", t.view, 1, 1).ok());
@@ -265,7 +265,7 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   neg.data[(0 * 4 + 3) * 3 + 0] = -0.1f;  // member 0, sample 3
   r = Acquire("margin", neg.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 0 sample 3"), std::string::npos)
+  EXPECT_NE(r.status().message().find("member 0 row 3"), std::string::npos)
       << r.status().message();
 
   Table inf = FourSamples();
@@ -276,8 +276,15 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   unnormalised.data[(1 * 4 + 1) * 3 + 2] = 0.5f;  // member 1, sample 1 sums to 1.45
   r = Acquire("variance", unnormalised.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 1 sample 1"), std::string::npos)
+  EXPECT_NE(r.status().message().find("member 1 row 1"), std::string::npos)
       << r.status().message();
+  // With names and ids at hand, by them.
+  std::vector<std::string> names = {"mlp-a", "cnn-b"};
+  std::vector<uint64_t> ids = {100, 101, 102, 103};
+  Status st = ValidatePredictions(unnormalised.view, names, ids);
+  EXPECT_NE(st.message().find("member cnn-b row 1 (sample id 101): probabilities sum to"),
+            std::string::npos)
+      << st.message();
 }
 
 TEST(AcquisitionTest, ShapeErrors) {

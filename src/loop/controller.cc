@@ -100,8 +100,11 @@ class Controller {
   Result<Tables> OpenTables(uint64_t generation) const;
   RoundState StateOf(int64_t round, const Tables& t) const;
   PredictionShape ShapeOf(const Tables& t) const {
-    return PredictionShape{.pool_rows = t.pool->size(), .test_rows = t.test->size(),
-                           .classes = classes_};
+    return PredictionShape{.pool_rows = t.pool->size(),
+                           .test_rows = t.test->size(),
+                           .classes = classes_,
+                           .pool_ids = t.pool->Ids(),
+                           .test_ids = t.test->Ids()};
   }
   // A resumed round trusts a finished attempt only if its prediction files still pass the
   // checks (a run from before they existed, a file damaged since): one that does not is
@@ -306,6 +309,7 @@ RoundState Controller::StateOf(int64_t round, const Tables& t) const {
 Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
   COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
   std::vector<MemberResult> results = ResultsFromAttempts(config_, attempts);
+  const PredictionShape shape = ShapeOf(t);
   for (const AttemptRecord& a : attempts) {
     if (a.status != AttemptStatus::kDone) continue;
     auto member = std::find_if(config_.members.begin(), config_.members.end(),
@@ -314,7 +318,8 @@ Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
     const MemberResult& r = results[member - config_.members.begin()];
     if (r.attempt != a.attempt || r.predictions_test.empty()) continue;
     std::string dir = fs::path(run_.paths.Absolute(r.predictions_test)).parent_path().string();
-    std::string problem = CheckAttemptPredictions(dir, ShapeOf(t), !r.predictions_pool.empty());
+    std::string problem =
+        CheckAttemptPredictions(dir, shape, !r.predictions_pool.empty(), a.member);
     if (problem.empty()) continue;
     AttemptEnd end;
     end.status = AttemptStatus::kFailed;

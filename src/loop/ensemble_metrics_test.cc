@@ -177,7 +177,7 @@ TEST(EnsembleMetricsTest, Errors) {
   nan[3] = std::nanf("");
   auto bad_prob = Compute(nan, 1, {0, 0, 0}, 2);
   ASSERT_FALSE(bad_prob.ok());
-  EXPECT_NE(bad_prob.status().message().find("member 0 sample 1"), std::string::npos);
+  EXPECT_NE(bad_prob.status().message().find("member 0 row 1"), std::string::npos);
 }
 
 }  // namespace

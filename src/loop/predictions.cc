@@ -16,7 +16,8 @@ namespace cohort::loop {
 
 Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const std::string& name,
                                                  uint64_t rows, int64_t expected_classes,
-                                                 int64_t* classes) {
+                                                 int64_t* classes, std::span<const uint64_t> ids,
+                                                 const std::string& member) {
   auto array = store::ReadNpyFile(path);
   if (!array.ok()) return array.status();
   if (array->dtype != store::Dtype::kFloat32 || array->shape.size() != 2 ||
@@ -33,14 +34,17 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   std::vector<float> values(array->data.size() / sizeof(float));
   std::memcpy(values.data(), array->data.data(), array->data.size());
   auto view = MakeEnsemblePredictions(values, 1, static_cast<int64_t>(rows), width);
-  Status valid = view.ok() ? ValidatePredictions(*view) : view.status();
+  std::vector<std::string> names;
+  if (!member.empty()) names.push_back(member);
+  if (ids.size() != rows) ids = {};
+  Status valid = view.ok() ? ValidatePredictions(*view, names, ids) : view.status();
   if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
   *classes = width;
   return values;
 }
 
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
-                                    bool pool) {
+                                    bool pool, const std::string& member) {
   int64_t classes = shape.classes;
   for (std::string_view name :
        {protocol::file::kPoolPredictions, protocol::file::kTestPredictions}) {
@@ -50,7 +54,8 @@ std::string CheckAttemptPredictions(const std::string& dir, const PredictionShap
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
     auto values = ReadMemberPredictions(path, std::string(name),
                                         is_pool ? shape.pool_rows : shape.test_rows, classes,
-                                        &classes);
+                                        &classes, is_pool ? shape.pool_ids : shape.test_ids,
+                                        member);
     if (!values.ok()) return values.status().message();
   }
   return "";

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,13 +27,17 @@ namespace cohort::loop {
 // for a script's attempt, the path for the ensemble). Sets *classes.
 Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const std::string& name,
                                                  uint64_t rows, int64_t expected_classes,
-                                                 int64_t* classes);
+                                                 int64_t* classes,
+                                                 std::span<const uint64_t> ids = {},
+                                                 const std::string& member = "");
 
 // What every member's prediction files must hold in a round.
 struct PredictionShape {
   uint64_t pool_rows = 0;
   uint64_t test_rows = 0;
   int64_t classes = 0;  // the run's class count (RunClassCount); 0: only equal across files
+  // The tables' sample ids, to name a bad row by (optional).
+  std::vector<uint64_t> pool_ids, test_ids;
 };
 
 // Checks the prediction files of an attempt in `dir` (absolute): the test table's, and the
@@ -40,7 +45,7 @@ struct PredictionShape {
 // ("exited 0 without writing predictions-pool.npy", "predictions-test.npy: 7 classes where
 // the run has 10", a shape, a row that is not a probability vector).
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
-                                    bool pool);
+                                    bool pool, const std::string& member = "");
 
 // The members' probabilities for one table, stacked [member][sample][class].
 struct StackedPredictions {

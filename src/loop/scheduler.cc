@@ -400,7 +400,8 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
         if (fatal_.ok()) fatal_ = SendNext(slot);
       } else {
         std::string problem =
-            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool);
+            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool,
+                                    a.task.member->name);
         if (problem.empty()) {
           EndAttempt(slot, AttemptStatus::kDone, "done");
         } else {
@@ -484,7 +485,8 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   open_logs_.erase(log_path);
   std::string log = " (log: " + log_path + ")";
   if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) {
-    std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true);
+    std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true,
+                                                    a.task.member->name);
     if (problem.empty()) {
       a.predict_seconds = 0;
       EndAttempt(slot, AttemptStatus::kDone, "exit 0");

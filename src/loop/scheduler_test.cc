@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -70,6 +71,11 @@ class SchedulerTest : public ::testing::Test {
     if (!begun.ok()) return begun;
     results_.assign(config_.members.size(), MemberResult{});
     PredictionShape shape{.pool_rows = 9, .test_rows = 6, .classes = 3};
+    auto snap = store::Snapshot::Open(run_.paths.store(), 1);
+    if (snap.ok()) {
+      shape.pool_ids = (*(*snap)->table("pool"))->Ids();
+      shape.test_ids = (*(*snap)->table("test"))->Ids();
+    }
     return scheduler_->RunRound(round, 1, config_, shape, Tasks(order), &results_, &stats_);
   }
 
@@ -173,6 +179,22 @@ TEST_F(SchedulerTest, PredictionsOfAnotherWidthFailTheAttempt) {
   EXPECT_EQ(attempts["m0#2"].status, AttemptStatus::kDone);
   EXPECT_EQ(attempts["m1#1"].status, AttemptStatus::kDone);
   EXPECT_TRUE(results_[0].done);
+}
+
+TEST_F(SchedulerTest, ABadRowIsNamedByMemberAndSampleId) {
+  worker_.predict = [](const std::string& member, const store::Table& table) {
+    std::vector<float> probs = DefaultFakePredictions(table, 3);
+    if (member == "m0") probs[3 * 2] = std::nanf("");  // row 2
+    return probs;
+  };
+  Open(1, 1, "[failure]\nretries = 0\n");
+  ASSERT_TRUE(RunRound().ok());
+  auto attempts = Attempts();
+  EXPECT_EQ(attempts["m0#1"].status, AttemptStatus::kFailed);
+  EXPECT_NE(attempts["m0#1"].exit->find("predictions-pool.npy: member m0 row 2 (sample id "),
+            std::string::npos)
+      << *attempts["m0#1"].exit;
+  EXPECT_FALSE(results_[0].done);
 }
 
 TEST_F(SchedulerTest, ACrashedWorkerIsReplaced) {
