@@ -495,6 +495,21 @@ class Failures(LoopCase):
         self.assertIn("heartbeat", rows[0]["exit"])
         self.assertEqual(rows[-1]["status"], "done")
 
+    def test_a_member_past_the_memory_limit_fails_clearly_and_the_others_go_on(self):
+        huge = '\n[[member]]\nname = "huge"\nmodel = "dense 1000000, dense 10"\nseed = 5\n'
+        config = write_config(self.dir, rounds=1, members=MEMBERS[:1], extra_member=huge,
+                              strategy="entropy",
+                              failure="retries = 0\nmin_members = 1\nmemory_limit_gb = 2")
+        t0 = time.monotonic()
+        self.run_loop(config)
+        self.assertLess(time.monotonic() - t0, 120)
+        rows = {r["member"]: r for r in journal(os.path.join(self.dir, "runs", "loop")).execute(
+            "SELECT member, status, exit FROM attempts").fetchall()}
+        self.assertEqual(rows["mlp-a"]["status"], "done")  # a normal member fits
+        self.assertEqual(rows["huge"]["status"], "failed")
+        self.assertIn("exceeded its memory limit of 2 GB (failure.memory_limit_gb)",
+                      rows["huge"]["exit"])
+
     def test_member_out_of_retries_fails_the_round(self):
         bad = '\n[[member]]\nname = "diverges"\nmodel = "dense 10"\nseed = 4\n' \
               'optimizer = { name = "sgd", learning_rate = 1e38 }\n'

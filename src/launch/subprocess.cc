@@ -266,18 +266,32 @@ std::vector<char*> CStringArray(std::vector<std::string>& strings) {
   return out;
 }
 
-// Starts `executable` with `spec`'s argv and environment; the child's pid.
+constexpr char kPrlimit[] = "/usr/bin/prlimit";
+
+// Starts `executable` with `spec`'s argv and environment (under its memory limit); the
+// child's pid.
 Result<pid_t> StartChild(const std::string& executable, const SpawnSpec& spec,
                          const SpawnAttributes& sa, const std::string& what) {
   std::vector<std::string> env = BuildEnvironment(spec.env);
   std::vector<std::string> args = spec.argv;
+  std::string program = executable;
+  if (spec.memory_limit_bytes > 0) {
+    // posix_spawn cannot set a resource limit, and one set after the spawn would race with
+    // the child's first allocations: util-linux's prlimit sets it on itself, then execs.
+    program = kPrlimit;
+    if (::access(kPrlimit, X_OK) != 0) {
+      return Status::NotFound(what + ": a memory limit needs " + kPrlimit + " (util-linux)");
+    }
+    args = {"prlimit", "--as=" + std::to_string(spec.memory_limit_bytes), "--", executable};
+    args.insert(args.end(), spec.argv.begin() + 1, spec.argv.end());
+  }
   std::vector<char*> envp = CStringArray(env);
   std::vector<char*> argv = CStringArray(args);
   pid_t pid = -1;
   // glibc runs the child with CLONE_VFORK and reports a failed exec here too (a race with the
   // check in ResolveProgram, or a bad interpreter line); other implementations may let it
   // exit 127.
-  int err = posix_spawn(&pid, executable.c_str(), &sa.actions, &sa.attr, argv.data(), envp.data());
+  int err = posix_spawn(&pid, program.c_str(), &sa.actions, &sa.attr, argv.data(), envp.data());
   if (err != 0) return Status::FromErrno(what, err);
   return pid;
 }

@@ -30,6 +30,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -59,6 +60,9 @@ struct SpawnSpec {
   std::chrono::milliseconds heartbeat_timeout{0};
   // Longest time since the spawn before the child is killed; 0: no limit.
   std::chrono::milliseconds wall_clock_limit{0};
+  // The child's address-space limit (RLIMIT_AS, set right after the spawn, inherited by what
+  // it starts); an allocation past it fails inside the child. 0: no limit.
+  uint64_t memory_limit_bytes = 0;
 };
 
 // Why a child ended.

@@ -507,6 +507,24 @@ TEST_F(SubprocessTest, StdoutClosedWhileRunningIsReported) {
   EXPECT_EQ(recorder_.records[pid].info.exit_code, 0);
 }
 
+TEST_F(SubprocessTest, AMemoryLimitBindsTheChildAndWhatItStarts) {
+  // The limit as the child sees it, through a grandchild (the shell's `ulimit -v` is KiB).
+  SpawnSpec spec = Shell("ulimit -v; exec /bin/sh -c 'ulimit -v'");
+  spec.memory_limit_bytes = uint64_t{3} << 30;
+  Subprocess* child = Spawn(spec);
+  ASSERT_NE(child, nullptr);
+  pid_t pid = child->pid();
+  PollUntilEmpty();
+  const Record& r = recorder_.records[pid];
+  EXPECT_EQ(r.info.exit_code, 0);
+  EXPECT_EQ(r.logs, (std::vector<std::string>{"3145728", "3145728"}));
+  // Without one, nothing is set.
+  child = Spawn(Shell("ulimit -v"));
+  pid = child->pid();
+  PollUntilEmpty();
+  EXPECT_EQ(recorder_.records[pid].logs, std::vector<std::string>{"unlimited"});
+}
+
 TEST_F(SubprocessTest, InterruptsAreCountedNotFatal) {
   std::thread sender([] {
     std::this_thread::sleep_for(100ms);

@@ -790,7 +790,8 @@ void ParseStop(Errors* e, Reader& r, StopConfig* stop) {
 void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
   const TV* t = r.Table("failure");
   Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
-           {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s"});
+           {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s",
+            "memory_limit_gb"});
   FailureConfig& failure = c->failure;
   f.Int("retries", &failure.retries, 0);
   const auto members = static_cast<int64_t>(c->members.size());
@@ -807,6 +808,11 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
   if (f.Number("attempt_timeout_s", &failure.attempt_timeout_s) &&
       !(failure.attempt_timeout_s >= 0 && failure.attempt_timeout_s <= kMaxSeconds)) {
     f.Fail("attempt_timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
+  }
+  if (f.Number("memory_limit_gb", &failure.memory_limit_gb) &&
+      !(failure.memory_limit_gb == 0 ||
+        (failure.memory_limit_gb >= 0.25 && failure.memory_limit_gb <= 1e6))) {
+    f.Fail("memory_limit_gb", "must be 0 (no limit) or from 0.25 to 1e6 GB");
   }
 }
 
@@ -991,6 +997,7 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   };
   // Only when set, so the JSON (and fingerprint) of a run from before it stays as it was.
   if (c.oracle.timeout_s > 0) out["oracle"]["timeout_s"] = c.oracle.timeout_s;
+  if (c.failure.memory_limit_gb > 0) out["failure"]["memory_limit_gb"] = c.failure.memory_limit_gb;
   // Only for Slurm runs, so a local run's JSON (and fingerprint) stays as it was.
   if (c.launcher == Launcher::kSlurm) {
     const launch::SlurmOptions& o = c.slurm;

@@ -95,6 +95,7 @@ struct FailureConfig {
   int64_t min_members = kAllMembers;
   double heartbeat_timeout_s = 60;
   double attempt_timeout_s = 0;  // 0: no wall-clock limit per attempt
+  double memory_limit_gb = 0;    // each worker's and script's address space; 0: no limit
 };
 
 struct LoopConfig {

@@ -209,7 +209,8 @@ Status Scheduler::SpawnWorker(Slot& slot) {
                       .device = slot.device,
                       .threads_per_cpu_device = options_.threads_per_cpu_device,
                       .cpu_count = options_.cpu_count,
-                      .heartbeat_timeout = options_.heartbeat_timeout};
+                      .heartbeat_timeout = options_.heartbeat_timeout,
+                      .memory_limit_bytes = options_.memory_limit_bytes};
   slot.log_path = RunPaths::WorkerLog(slot.device.ToString(), slot.index, ++worker_logs_);
   auto process = host_->Start(WorkerSpawnSpec(launch, paths_.Absolute(slot.log_path), paths_.root));
   if (!process.ok()) return process.status().WithContext("cannot start a worker on " + slot.name);
@@ -304,7 +305,8 @@ Status Scheduler::StartScript(Slot& slot) {
                        .out_dir = paths_.Absolute(a.dir),
                        .warm_start_from = a.task.warm_start_from,
                        .heartbeat_timeout = options_.heartbeat_timeout,
-                       .classes = shape_.classes};
+                       .classes = shape_.classes,
+                       .memory_limit_bytes = options_.memory_limit_bytes};
   COHORT_ASSIGN_OR_RETURN(launch::SpawnSpec spec, PrepareScriptAttempt(script));
   auto process = host_->Start(spec);
   if (!process.ok()) {
@@ -380,7 +382,7 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
       return;
     case WorkerEventKind::kError:
       EndAttempt(slot, AttemptStatus::kFailed,
-                 JsonStringField(event, "message", "error (no message)"));
+                 WithMemoryLimit(JsonStringField(event, "message", "error (no message)")));
       return;
     case WorkerEventKind::kDone:
       if (a.step != WorkerStep::kTrain) return;
@@ -475,7 +477,7 @@ void Scheduler::OnWorkerExit(Slot& slot, const launch::ExitInfo& info) {
   std::string why = info.ToString();
   if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
   EndAttempt(slot, KilledByUs(info) ? AttemptStatus::kKilled : AttemptStatus::kFailed,
-             "worker " + why);
+             KilledByUs(info) ? "worker " + why : WithMemoryLimit("worker " + why));
 }
 
 void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
@@ -499,10 +501,24 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
   if (!a.script_error.empty()) why += ": " + a.script_error;
   EndAttempt(slot, KilledByUs(info) ? AttemptStatus::kKilled : AttemptStatus::kFailed,
-             "script " + why + log);
+             KilledByUs(info) ? "script " + why + log : WithMemoryLimit("script " + why + log));
 }
 
 // ---- ending attempts
+
+std::string Scheduler::WithMemoryLimit(const std::string& why) const {
+  if (options_.memory_limit_bytes == 0) return why;
+  std::string limit = fmt::format("{:.3g} GB (failure.memory_limit_gb)",
+                                  static_cast<double>(options_.memory_limit_bytes) / (1 << 30));
+  for (const char* sign : {"can't allocate memory", "bad_alloc", "out of memory", "MemoryError",
+                           "Cannot allocate memory"}) {
+    if (why.find(sign) != std::string::npos) {
+      return "exceeded its memory limit of " + limit + ": " + why;
+    }
+  }
+  // A crash under the limit may be an allocation nobody checked.
+  return why + " (under a memory limit of " + limit + ")";
+}
 
 void Scheduler::CopyAttemptLog(const Slot& slot, const Attempt& a) {
   std::ifstream in(paths_.Absolute(slot.log_path), std::ios::binary);

@@ -58,6 +58,7 @@ struct SchedulerOptions {
   std::string member_binary;  // the `cohort-member` executable
   std::chrono::milliseconds heartbeat_timeout{60000};
   std::chrono::milliseconds attempt_timeout{0};  // 0: none
+  uint64_t memory_limit_bytes = 0;  // each worker's and script's address space; 0: none
   // How long KillAll waits for killed processes to be reported, beyond the host's grace.
   std::chrono::milliseconds kill_grace{5000};
   // How often RunRound polls when nothing happens (display refresh, deadlines).
@@ -149,6 +150,9 @@ class Scheduler {
   // The worker protocol's events, for a slot's worker or a script attempt.
   void OnWorkerEvent(Slot& slot, const nlohmann::json& event);
   void OnScriptEvent(Slot& slot, nlohmann::json event);
+  // A failure's words, with the memory limit named when there is one (and said to be the
+  // cause when the words show an allocation failed).
+  std::string WithMemoryLimit(const std::string& why) const;
   void OnWorkerExit(Slot& slot, const launch::ExitInfo& info);
   void OnScriptExit(Slot& slot, const launch::ExitInfo& info);
   void ShowProgress(const Slot& slot, const nlohmann::json& event);

@@ -86,6 +86,7 @@ Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
   if (sp.cwd.empty()) sp.cwd = ".";
   sp.stderr_path = InDir(a.out_dir, protocol::file::kMemberLog);
   sp.heartbeat_timeout = a.heartbeat_timeout;
+  sp.memory_limit_bytes = a.memory_limit_bytes;
   return sp;
 }
 

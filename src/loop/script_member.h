@@ -33,6 +33,7 @@ struct ScriptAttempt {
   std::string warm_start_from;
   std::chrono::milliseconds heartbeat_timeout{0};
   int64_t classes = 0;  // the run's class count (COHORT_CLASSES)
+  uint64_t memory_limit_bytes = 0;
 };
 
 // Makes the attempt's directory afresh, writes its spec file durably, and returns how to start

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -91,7 +92,13 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
   std::string program =
       spec.argv.empty() ? "cohort" : std::filesystem::path(spec.argv[0]).filename().string();
   bool worker = spec.argv.size() > 1 && spec.argv[1] == "worker";
-  step.argv = launch::SrunArgv(options_, "cohort-" + (worker ? std::string("worker") : program),
+  // A memory limit binds the task through Slurm (--mem), not srun through prlimit.
+  launch::SlurmOptions request = options_;
+  if (spec.memory_limit_bytes > 0 && request.mem.empty()) {
+    request.mem = std::to_string(std::max<uint64_t>(1, spec.memory_limit_bytes >> 20)) + "M";
+  }
+  step.memory_limit_bytes = 0;
+  step.argv = launch::SrunArgv(request, "cohort-" + (worker ? std::string("worker") : program),
                                in_allocation_, spec.argv);
   std::erase_if(step.env, [](const auto& kv) { return launch::IsLocalBindingVariable(kv.first); });
   // A step waiting for its resources says nothing; --immediate bounds that wait, so until the

@@ -39,6 +39,7 @@ launch::SpawnSpec WorkerSpawnSpec(const WorkerLaunch& launch, const std::string&
   spec.stderr_path = log_path;
   spec.cwd = cwd;
   spec.heartbeat_timeout = launch.heartbeat_timeout;
+  spec.memory_limit_bytes = launch.memory_limit_bytes;
   return spec;
 }
 

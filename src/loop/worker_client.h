@@ -27,6 +27,7 @@ struct WorkerLaunch {
   int threads_per_cpu_device = 1;
   int cpu_count = 1;
   std::chrono::milliseconds heartbeat_timeout{60000};
+  uint64_t memory_limit_bytes = 0;
 };
 
 // argv, device environment, heartbeat, log file (absolute) and working directory.
