@@ -791,7 +791,7 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
   const TV* t = r.Table("failure");
   Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
            {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s",
-            "memory_limit_gb"});
+            "memory_limit_gb", "log_limit_mb"});
   FailureConfig& failure = c->failure;
   f.Int("retries", &failure.retries, 0);
   const auto members = static_cast<int64_t>(c->members.size());
@@ -813,6 +813,9 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
       !(failure.memory_limit_gb == 0 ||
         (failure.memory_limit_gb >= 0.25 && failure.memory_limit_gb <= 1e6))) {
     f.Fail("memory_limit_gb", "must be 0 (no limit) or from 0.25 to 1e6 GB");
+  }
+  if (f.Int("log_limit_mb", &failure.log_limit_mb, 0) && failure.log_limit_mb > 1000000) {
+    f.Fail("log_limit_mb", "must be at most 1000000 (0: no cap)");
   }
 }
 
@@ -998,6 +1001,7 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   // Only when set, so the JSON (and fingerprint) of a run from before it stays as it was.
   if (c.oracle.timeout_s > 0) out["oracle"]["timeout_s"] = c.oracle.timeout_s;
   if (c.failure.memory_limit_gb > 0) out["failure"]["memory_limit_gb"] = c.failure.memory_limit_gb;
+  if (c.failure.log_limit_mb != 64) out["failure"]["log_limit_mb"] = c.failure.log_limit_mb;
   // Only for Slurm runs, so a local run's JSON (and fingerprint) stays as it was.
   if (c.launcher == Launcher::kSlurm) {
     const launch::SlurmOptions& o = c.slurm;

@@ -96,6 +96,7 @@ struct FailureConfig {
   double heartbeat_timeout_s = 60;
   double attempt_timeout_s = 0;  // 0: no wall-clock limit per attempt
   double memory_limit_gb = 0;    // each worker's and script's address space; 0: no limit
+  int64_t log_limit_mb = 64;     // a worker's or script's log is rotated past this; 0: no cap
 };
 
 struct LoopConfig {

@@ -266,6 +266,7 @@ Status Controller::StartScheduler() {
   so.attempt_timeout = millis(config_.failure.attempt_timeout_s);
   so.kill_grace = kKillGrace;
   so.memory_limit_bytes = static_cast<uint64_t>(config_.failure.memory_limit_gb * (1 << 30));
+  so.log_limit_bytes = static_cast<uint64_t>(config_.failure.log_limit_mb) << 20;
   progress_ = std::make_unique<DisplayProgress>(display_.get());
   COHORT_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(so, run_.paths, run_.journal.get(),
                                                         run_.run.id, host_, progress_.get()));

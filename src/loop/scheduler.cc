@@ -613,6 +613,48 @@ void Scheduler::CheckDeadlines() {
   }
 }
 
+void Scheduler::CapLogs() {
+  if (options_.log_limit_bytes == 0) return;
+  auto now = host_->Now();
+  if (now < next_log_check_) return;
+  next_log_check_ = now + std::chrono::seconds(1);
+  for (auto& slot : slots_) {
+    std::string path;
+    if (slot->attempt && slot->attempt->is_script()) {
+      path = paths_.Absolute(
+          RunPaths::AttemptFile(slot->attempt->dir, protocol::file::kMemberLog));
+    } else if (slot->worker) {
+      path = paths_.Absolute(slot->log_path);
+    } else {
+      continue;
+    }
+    std::error_code ec;
+    uint64_t size = fs::file_size(path, ec);
+    if (ec || size <= options_.log_limit_bytes) continue;
+    RotateLog(path);
+    // The attempt's own part of a worker log now starts at the top of the fresh one.
+    if (slot->attempt && !slot->attempt->is_script()) slot->attempt->log_offset = 0;
+  }
+}
+
+void Scheduler::RotateLog(const std::string& path) {
+  // Copy, then truncate: the process keeps its file open (O_APPEND) and writes on at the top.
+  // Lines written between the two steps are lost; nothing else is.
+  std::error_code ec;
+  fs::copy_file(path, path + ".1", fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::resize_file(path, 0, ec);
+  if (ec) {
+    observer_->Note(fmt::format("cannot rotate the log {}: {}", path, ec.message()));
+    return;
+  }
+  uint64_t limit = options_.log_limit_bytes;
+  std::string size = limit % (1 << 20) == 0 ? fmt::format("{} MB", limit >> 20)
+                                             : fmt::format("{} bytes", limit);
+  AppendLog(path, fmt::format("[cohort: this log passed {}; its earlier part is in {}.1, older "
+                              "parts are dropped (failure.log_limit_mb)]",
+                              size, fs::path(path).filename().string()));
+}
+
 // ---- the loop over the host
 
 Status Scheduler::PollOnce(std::chrono::milliseconds timeout) {
@@ -626,6 +668,7 @@ Status Scheduler::PollOnce(std::chrono::milliseconds timeout) {
     }
   }
   CheckDeadlines();
+  CapLogs();
   observer_->Tick(false);
   return fatal_;
 }

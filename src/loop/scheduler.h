@@ -59,6 +59,9 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_timeout{60000};
   std::chrono::milliseconds attempt_timeout{0};  // 0: none
   uint64_t memory_limit_bytes = 0;  // each worker's and script's address space; 0: none
+  // A worker's or script's log past this is rotated: its content moves to LOG.1 (replacing the
+  // older one) and the log starts again empty. 0: no cap.
+  uint64_t log_limit_bytes = uint64_t{64} << 20;
   // How long KillAll waits for killed processes to be reported, beyond the host's grace.
   std::chrono::milliseconds kill_grace{5000};
   // How often RunRound polls when nothing happens (display refresh, deadlines).
@@ -165,6 +168,10 @@ class Scheduler {
   void AppendLog(const std::string& path, std::string_view line);
   Status PollOnce(std::chrono::milliseconds timeout);
   void CheckDeadlines();
+  // Rotates the logs of running workers and scripts that passed log_limit_bytes (checked about
+  // once a second).
+  void CapLogs();
+  void RotateLog(const std::string& path);
   void KillAll(const std::string& why);
   double SecondsSince(launch::Clock::time_point t) const;
 
@@ -177,6 +184,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Slot>> slots_;
   int interrupts_ = 0;
   int worker_logs_ = 0;          // worker processes started, for unique log names
+  launch::Clock::time_point next_log_check_{};
   Status fatal_;                 // a journal write that failed inside a callback
   std::string kill_all_reason_;  // while KillAll runs: why every attempt ends
 

@@ -1,6 +1,7 @@
 // The Scheduler on a FakeProcessHost: retries, timeouts, kills and interrupts in virtual time.
 #include "loop/scheduler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,6 +46,7 @@ class SchedulerTest : public ::testing::Test {
     options.member_binary = "cohort-member";
     options.heartbeat_timeout = seconds(10);
     options.attempt_timeout = attempt_timeout_;
+    options.log_limit_bytes = log_limit_bytes_;
     auto s = Scheduler::Create(options, run_.paths, run_.journal.get(), run_.run.id, host_.get(),
                                &observer_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -100,6 +102,7 @@ class SchedulerTest : public ::testing::Test {
   OpenRun run_;
   FakeWorkerOptions worker_;
   milliseconds attempt_timeout_{0};
+  uint64_t log_limit_bytes_ = uint64_t{64} << 20;
   std::unique_ptr<FakeProcessHost> host_;
   testing::RecordingObserver observer_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -327,6 +330,25 @@ TEST_F(SchedulerTest, StrayStdoutLinesGoToTheWorkerLogInOrder) {
   // The attempt's own slice of the log is kept beside its outputs.
   EXPECT_TRUE(fs::exists(run_.paths.Absolute(
       RunPaths::AttemptFile(RunPaths::AttemptDir("m0", 0, 1), protocol::file::kWorkerLog))));
+}
+
+TEST_F(SchedulerTest, AWorkerLogPastItsCapIsRotated) {
+  // 200 lines of 50 bytes (10 KB) against a 4 KB cap.
+  for (int i = 0; i < 200; ++i) worker_.stray_lines.push_back(fmt::format("{:049d}", i));
+  log_limit_bytes_ = 4096;
+  Open(1, 1);
+  ASSERT_TRUE(RunRound().ok());
+  ASSERT_TRUE(RunRound(1).ok());  // the worker serves on after the rotation
+  auto attempts = Attempts();
+  std::string log = run_.paths.Absolute(*attempts["m0#1"].log_path);
+  ASSERT_TRUE(fs::exists(log + ".1"));
+  EXPECT_GT(fs::file_size(log + ".1"), 4096u);  // everything up to the rotation
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_LT(text.size(), 4096u);
+  EXPECT_NE(text.find("[cohort: this log passed 4096 bytes; its earlier part is in"), std::string::npos)
+      << text;
+  EXPECT_EQ(Attempts(1)["m0#1"].status, AttemptStatus::kDone);
 }
 
 TEST_F(SchedulerTest, ShutdownEndsIdleWorkersCleanly) {
