@@ -38,6 +38,7 @@
 #include "common/worker_protocol.h"
 #include "launch/device.h"
 #include "model/config_json.h"
+#include "worker/fault_injection.h"
 #include "model/member.h"
 #include "store/snapshot.h"
 
@@ -86,7 +87,12 @@ class Channel {
 
   // Writes "@cohort {json}\n" whole; false once the controller is gone (the pipe broke).
   bool Emit(const Event& event) {
-    std::string line = std::string(protocol::kEventPrefix) + Dump(event) + "\n";
+    return WriteLine(std::string(protocol::kEventPrefix) + Dump(event));
+  }
+
+  // Writes `text` and a newline whole, as it is (fault injection's garbage).
+  bool WriteLine(const std::string& text) {
+    std::string line = text + "\n";
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_.load()) return false;
     size_t done = 0;
@@ -103,6 +109,13 @@ class Channel {
   }
 
   bool broken() const { return broken_.load(); }
+
+  // Closes the controller's end of events (fault injection's close_stdout).
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_.store(true);
+    fd_.reset();
+  }
 
  private:
   ScopedFd fd_;
@@ -345,6 +358,9 @@ class Worker {
       channel_->Emit(bye);
       return false;
     }
+    MaybeInjectFault(
+        op_, [this](const std::string& line) { channel_->WriteLine(line); },
+        [this] { channel_->Close(); });
     Status status;
     if (op_ == protocol::op::kTrain || op_ == protocol::op::kPredict ||
         op_ == protocol::op::kEvaluate) {

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""The fault matrix (docs/reliability.md): a real `cohort run` whose worker misbehaves once,
+in every way a worker can, in the train and in the predict phase (COHORT_TEST_FAULT,
+src/worker/fault_injection.h), against the same run with no fault.
+
+Each cell must end as the uninterrupted run ends (metrics, picks, generations, tables: bit
+for bit, since a retried member trains with the same seed), with the fault journalled on the
+attempt it hit in words a user can act on, and `cohort data verify` passing. The matrix is
+printed at the end.
+
+  tests/fault_matrix_test.py COHORT SCRATCH [unittest args]
+"""
+import os
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loop_test  # noqa: E402  (cohort(), build_source(), write_config(), outcome(), journal())
+from loop_test import LoopCase, cohort, journal, outcome, write_config  # noqa: E402
+
+# kind -> (attempt status, words its exit must hold); garbage ends no attempt.
+FAULTS = {
+    "kill": ("failed", "signal 9"),
+    "segv": ("failed", "signal 11"),
+    "exit": ("failed", "exited with status 3"),
+    "hang": ("killed", "heartbeat timeout"),
+    "close_stdout": ("killed", "worker killed"),
+    "garbage": (None, None),
+}
+PHASES = ("train", "predict")
+MATRIX = {}  # (phase, kind) -> "recovered" or what went wrong
+
+
+def config_in(dir):
+    return write_config(dir, rounds=2, k=50, members=loop_test.MEMBERS[:2], heartbeat_timeout=3,
+                        failure="retries = 1")
+
+
+class FaultMatrix(LoopCase):
+    reference = None
+
+    @classmethod
+    def setUpClass(cls):
+        d = os.path.join(loop_test.SCRATCH, "reference")
+        shutil.rmtree(d, ignore_errors=True)
+        proc = cohort("run", config_in(d), check=False)
+        assert proc.returncode == 0, proc.stderr
+        cls.reference = outcome(os.path.join(d, "runs", "loop"))
+
+    def check_cell(self, phase, kind):
+        status, words = FAULTS[kind]
+        env = dict(os.environ, COHORT_TEST_FAULT=f"{phase}:{kind}",
+                   COHORT_TEST_FAULT_ONCE=os.path.join(self.dir, "fault-done"))
+        MATRIX[(phase, kind)] = "failed the test"
+        self.run_loop(config_in(self.dir), env=env)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "fault-done")), "no fault happened")
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        db = journal(run_dir)
+        bad = [dict(r) for r in db.execute(
+            "SELECT member, round, attempt, status, exit FROM attempts WHERE status != 'done'")]
+        db.close()
+        if status is None:
+            self.assertEqual(bad, [])
+        else:
+            self.assertEqual(len(bad), 1, bad)
+            self.assertEqual(bad[0]["status"], status, bad[0])
+            self.assertIn(words, bad[0]["exit"])
+        self.assertEqual(outcome(run_dir), self.reference)
+        verify = cohort("data", "verify", os.path.join(run_dir, "store"))
+        self.assertIn("ok", verify.stdout.lower())
+        MATRIX[(phase, kind)] = "recovered" + (f" ({bad[0]['status']}: {words})" if bad else "")
+
+
+def add_cells():
+    for phase in PHASES:
+        for kind in FAULTS:
+            def test(self, phase=phase, kind=kind):
+                self.check_cell(phase, kind)
+            setattr(FaultMatrix, f"test_{phase}_{kind}", test)
+
+
+add_cells()
+
+
+def print_matrix():
+    print("\nfault matrix: one fault per run, 2 rounds, 2 members, retries = 1")
+    print(f"{'fault':<14}" + "".join(f"{p:<44}" for p in PHASES))
+    for kind in FAULTS:
+        print(f"{kind:<14}" + "".join(f"{MATRIX.get((p, kind), "not run"):<44}" for p in PHASES))
+
+
+if __name__ == "__main__":
+    loop_test.COHORT = os.path.abspath(sys.argv[1])
+    loop_test.SCRATCH = os.path.abspath(sys.argv[2])
+    shutil.rmtree(loop_test.SCRATCH, ignore_errors=True)
+    os.makedirs(loop_test.SCRATCH)
+    loop_test.SOURCE = os.path.join(loop_test.SCRATCH, "source")
+    loop_test.build_source(loop_test.SOURCE)
+    try:
+        unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)
+    finally:
+        print_matrix()
