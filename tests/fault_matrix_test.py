@@ -87,7 +87,7 @@ def print_matrix():
     print("\nfault matrix: one fault per run, 2 rounds, 2 members, retries = 1")
     print(f"{'fault':<14}" + "".join(f"{p:<44}" for p in PHASES))
     for kind in FAULTS:
-        print(f"{kind:<14}" + "".join(f"{MATRIX.get((p, kind), "not run"):<44}" for p in PHASES))
+        print(f"{kind:<14}" + "".join(f"{MATRIX.get((p, kind), 'not run'):<44}" for p in PHASES))
 
 
 if __name__ == "__main__":
