@@ -12,6 +12,7 @@ printed at the end.
 """
 import os
 import shutil
+import subprocess
 import sys
 import unittest
 
@@ -72,6 +73,49 @@ class FaultMatrix(LoopCase):
         MATRIX[(phase, kind)] = "recovered" + (f" ({bad[0]['status']}: {words})" if bad else "")
 
 
+class DiskFull(LoopCase):
+    """The run directory on a tmpfs too small for the run: it stops with a clear error wherever
+    the space ran out (the store's clone, a segment, a manifest, the journal, a checkpoint,
+    predictions), and once the space is there again, rerunning ends as the run without it."""
+
+    # Just above the source store's clone, then closer and closer to what the run needs.
+    SIZES_K = (1200, 2450, 2600, 2900, 3100, 3300, 3500, 3700)
+
+    def mount(self, path, size_k):
+        os.makedirs(path, exist_ok=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_k}k", "tmpfs", path],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs (not root?): {proc.stderr.strip()}")
+        self.addCleanup(subprocess.run, ["umount", "-l", path], capture_output=True)
+
+    def test_a_full_disk_anywhere_stops_the_run_clearly_and_it_continues_once_fixed(self):
+        reference = FaultMatrix.reference or FaultMatrix.setUpClass() or FaultMatrix.reference
+        failed_at = []
+        for size_k in self.SIZES_K:
+            with self.subTest(size_k=size_k):
+                d = os.path.join(self.dir, f"k{size_k}")
+                config = config_in(d)
+                runs = os.path.join(d, "runs")
+                self.mount(runs, size_k)
+                proc = cohort("run", config, check=False, timeout=300)
+                self.assertNotIn("terminate called", proc.stderr)
+                if proc.returncode != 0:
+                    self.assertEqual(proc.returncode, 1, proc.stderr)
+                    err = [l for l in proc.stderr.splitlines() if l.startswith("cohort: error:")]
+                    self.assertEqual(len(err), 1, proc.stderr)
+                    failed_at.append(err[0])
+                subprocess.run(["mount", "-o", "remount,size=65536k", runs], check=True)
+                proc = cohort("run", config, check=False, timeout=300)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                run_dir = os.path.join(runs, "loop")
+                self.assertEqual(outcome(run_dir), reference)
+                verify = cohort("data", "verify", os.path.join(run_dir, "store"))
+                self.assertIn("ok", verify.stdout.lower())
+        MATRIX[("disk full", "errors")] = failed_at
+        self.assertTrue(failed_at, "no size was too small: the test no longer tests anything")
+
+
 def add_cells():
     for phase in PHASES:
         for kind in FAULTS:
@@ -88,6 +132,11 @@ def print_matrix():
     print(f"{'fault':<14}" + "".join(f"{p:<44}" for p in PHASES))
     for kind in FAULTS:
         print(f"{kind:<14}" + "".join(f"{MATRIX.get((p, kind), 'not run'):<44}" for p in PHASES))
+    errors = MATRIX.get(("disk full", "errors"), [])
+    print(f"\ndisk full: {len(errors)} of {len(DiskFull.SIZES_K)} sizes stopped the run; each "
+          "continued to the reference end once the space was back:")
+    for e in errors:
+        print(f"  {e}")
 
 
 if __name__ == "__main__":
