@@ -116,6 +116,45 @@ class DiskFull(LoopCase):
         self.assertTrue(failed_at, "no size was too small: the test no longer tests anything")
 
 
+class RunDirectory(LoopCase):
+    def test_a_run_directory_deleted_under_a_running_loop_ends_it_with_one_clear_line(self):
+        config = write_config(self.dir, rounds=2, members=loop_test.MEMBERS[:1], devices=1,
+                              strategy="entropy", epochs=300)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        proc = self.start(config)
+        self.wait_for(lambda: self.running_attempt(run_dir), what="a running attempt")
+        shutil.rmtree(run_dir)
+        _, err = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 1, err)
+        lines = [l for l in err.splitlines() if l.startswith("cohort: error:")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertNotIn("terminate called", err)
+        MATRIX[("run directory", "deleted")] = lines[0]
+
+    def test_a_read_only_run_directory_is_refused_clearly_and_nothing_changes(self):
+        config = write_config(self.dir, rounds=2, k=50, members=loop_test.MEMBERS[:1],
+                              devices=1, strategy="entropy")
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        self.run_loop(write_config(self.dir, rounds=1, k=50, members=loop_test.MEMBERS[:1],
+                                   devices=1, strategy="entropy"))
+        before = outcome(run_dir)
+        if subprocess.run(["mount", "--bind", run_dir, run_dir], capture_output=True).returncode:
+            self.skipTest("cannot bind-mount (not root)")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", run_dir], check=True)
+            proc = cohort("run", config, check=False)  # one more round: needs to write
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("cohort: error:")]
+            self.assertEqual(len(lines), 1, proc.stderr)
+            self.assertIn("Read-only file system", lines[0])
+            MATRIX[("run directory", "read-only")] = lines[0]
+        finally:
+            subprocess.run(["umount", run_dir], check=True)
+        self.assertEqual(outcome(run_dir), before)
+        self.run_loop(config)  # writable again: the run goes on
+        self.assertEqual(self.status(run_dir)["status"], "finished")
+
+
 def add_cells():
     for phase in PHASES:
         for kind in FAULTS:
@@ -132,6 +171,9 @@ def print_matrix():
     print(f"{'fault':<14}" + "".join(f"{p:<44}" for p in PHASES))
     for kind in FAULTS:
         print(f"{kind:<14}" + "".join(f"{MATRIX.get((p, kind), 'not run'):<44}" for p in PHASES))
+    for what in ("deleted", "read-only"):
+        if ("run directory", what) in MATRIX:
+            print(f"run directory {what}: {MATRIX[('run directory', what)]}")
     errors = MATRIX.get(("disk full", "errors"), [])
     print(f"\ndisk full: {len(errors)} of {len(DiskFull.SIZES_K)} sizes stopped the run; each "
           "continued to the reference end once the space was back:")
