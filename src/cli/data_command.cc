@@ -151,37 +151,74 @@ struct ImportArgs {
   std::string csv;
   std::string label_column;
   std::string label_type = "auto";
+  int64_t classes = 0;
+  bool allow_non_finite = false;
   uint64_t limit = 0;
   std::string note;
 };
+
+// NaN or infinite features (or regression targets) are refused unless asked for: a member
+// trained on them learns NaN, and its metrics index bins with them.
+Status CheckFiniteUnlessAllowed(const ImportArgs& a, const HostArray& values,
+                                const std::string& what, const char* role) {
+  if (a.allow_non_finite) return Status::OK();
+  Status st = store::CheckFinite(values, what, role);
+  if (st.ok()) return st;
+  return Status::InvalidArgument(st.message() + " (--allow-non-finite accepts NaN and infinities)");
+}
+
+// `--label-type auto` follows an existing table's kind, so integral float labels go into a
+// class table as classes (and are checked as classes) instead of failing on the schema.
+std::string EffectiveLabelType(const ImportArgs& a, const store::Transaction& txn) {
+  if (a.label_type != "auto" || !txn.HasTable(a.table)) return a.label_type;
+  auto schema = txn.Schema(a.table);
+  if (!schema.ok()) return a.label_type;
+  if (schema->label_kind == store::LabelKind::kClass) return "class";
+  if (schema->label_kind == store::LabelKind::kVector) return "vector";
+  return a.label_type;
+}
 
 Status RunImport(const ImportArgs& a) {
   int sources = !a.idx.empty() + !a.npy.empty() + !a.csv.empty();
   if (sources != 1) {
     return Status::InvalidArgument("import needs exactly one of --idx, --npy, --csv");
   }
+  if (a.classes < 0 || a.classes == 1) {
+    return Status::InvalidArgument(
+        fmt::format("--classes {}: a class table needs at least 2 classes", a.classes));
+  }
+  if (a.classes > 0 && a.label_type == "vector") {
+    return Status::InvalidArgument("--classes applies to class labels, not --label-type vector");
+  }
+  // The writer lock first: the table's kind decides how `auto` labels are read.
+  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
+  const std::string label_type = EffectiveLabelType(a, *txn);
   HostArray x;
   HostArray y;
   bool has_labels = true;
   std::string source;
   if (!a.idx.empty()) {
-    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1]));
+    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1], a.classes));
     x = std::move(pair.first);
     y = std::move(pair.second);
     source = a.idx[0];
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.idx[0], "features"));
   } else if (!a.npy.empty()) {
     COHORT_ASSIGN_OR_RETURN(HostArray raw_x, store::ReadNpyFile(a.npy[0]));
     COHORT_ASSIGN_OR_RETURN(x, store::ToStoreFeatures(std::move(raw_x), a.npy[0]));
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.npy[0], "features"));
     source = a.npy[0];
     if (a.npy.size() == 2) {
       COHORT_ASSIGN_OR_RETURN(HostArray raw_y, store::ReadNpyFile(a.npy[1]));
       bool integral =
           raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
-      bool as_class = a.label_type == "class" || (a.label_type == "auto" && integral);
+      bool as_class = label_type == "class" || (label_type == "auto" && integral);
       if (as_class) {
         COHORT_ASSIGN_OR_RETURN(y, store::ToClassLabels(std::move(raw_y), a.npy[1]));
+        COHORT_RETURN_IF_ERROR(store::CheckClassLabels(y, a.classes, a.npy[1]));
       } else {
         COHORT_ASSIGN_OR_RETURN(y, store::ToVectorLabels(std::move(raw_y), a.npy[1]));
+        COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, y, a.npy[1], "labels"));
       }
       if (y.rows() != x.rows()) {
         return Status::InvalidArgument(
@@ -196,12 +233,19 @@ Status RunImport(const ImportArgs& a) {
     }
     store::CsvOptions opts;
     opts.label_column = a.label_column;
-    if (a.label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
-    if (a.label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
+    if (label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
+    if (label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
+    opts.classes = a.classes;
+    opts.allow_non_finite = a.allow_non_finite;
     COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadCsvDataset(a.csv, opts));
     x = std::move(pair.first);
     y = std::move(pair.second);
     source = a.csv;
+  }
+  if (a.classes > 0 && has_labels && y.dtype != store::Dtype::kInt64) {
+    return Status::InvalidArgument(
+        fmt::format("--classes {}: {} holds regression targets, not class labels", a.classes,
+                    a.npy.size() == 2 ? a.npy[1] : source));
   }
   if (a.limit > 0) {
     x.TruncateRows(a.limit);
@@ -220,7 +264,6 @@ Status RunImport(const ImportArgs& a) {
     schema.label_shape = y.row_shape();
   }
 
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
   if (!txn->HasTable(a.table)) {
     COHORT_RETURN_IF_ERROR(txn->CreateTable(a.table, schema));
   } else {
@@ -522,6 +565,10 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   imp->add_option("--label-type", o->import.label_type,
                   "auto (integers -> classes), class, or vector (regression targets)")
       ->check(CLI::IsMember({"auto", "class", "vector"}));
+  imp->add_option("--classes", o->import.classes,
+                  "Class labels must be in [0, N) (default: any in [0, 2^24))");
+  imp->add_flag("--allow-non-finite", o->import.allow_non_finite,
+                "Accept NaN and infinite features (and regression targets)");
   imp->add_option("--limit", o->import.limit, "Import only the first N samples");
   imp->add_option("--note", o->import.note, "Note recorded with the commit");
   imp->callback([o, run] { *run = [o] { return RunImport(o->import); }; });
