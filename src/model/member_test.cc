@@ -294,6 +294,66 @@ TEST(MemberTest, ErrorsNameTheMemberAndWhatIsWrong) {
   EXPECT_EQ(garbage.status().message().find('\n'), std::string::npos);
 }
 
+// Tables train (2 classes), nan (a NaN feature in row 3) and labels (labels -1 and 5 in rows 2
+// and 4), written past the importer's checks, as an older cohort let them in.
+std::string BadDataStore(const std::string& dir) {
+  std::string d = dir + "/store";
+  EXPECT_TRUE(store::InitStore(d).ok());
+  auto txn = store::Transaction::Begin(d);
+  EXPECT_TRUE(txn.ok());
+  store::TableSchema s;
+  s.feature_dtype = store::Dtype::kFloat32;
+  s.feature_shape = {4};
+  for (const char* table : {"train", "nan", "labels"}) {
+    const uint64_t n = std::string(table) == "train" ? 200 : 10;
+    store::HostArray x(store::Dtype::kFloat32, {n, 4});
+    store::HostArray y(store::Dtype::kInt64, {n});
+    for (uint64_t i = 0; i < n; i++) {
+      for (int k = 0; k < 4; k++) x.as<float>()[4 * i + k] = static_cast<float>((i * 7 + k) % 5);
+      y.as<int64_t>()[i] = x.as<float>()[4 * i] > 2 ? 1 : 0;
+    }
+    if (std::string(table) == "nan") x.as<float>()[4 * 3 + 1] = std::nanf("");
+    if (std::string(table) == "labels") {
+      y.as<int64_t>()[2] = -1;
+      y.as<int64_t>()[4] = 5;
+    }
+    EXPECT_TRUE((*txn)->CreateTable(table, s).ok());
+    EXPECT_TRUE((*txn)->Append(table, x, &y).ok());
+  }
+  EXPECT_TRUE((*txn)->Commit("bad data").ok());
+  return d;
+}
+
+TEST(MemberTest, EvaluateNamesNaNOutputsAndBadLabelsBySampleId) {
+  // Issue 14: a NaN feature made `cohort eval` index an ECE bin with NaN (SIGSEGV), and a
+  // label -1 gave torch's "index -1 is out of bounds".
+  std::string dir = Scratch("bad-data");
+  std::string d = BadDataStore(dir);
+  auto snap = store::Snapshot::Open(d);
+  ASSERT_TRUE(snap.ok());
+  TrainConfig c;
+  c.member = "m1";
+  c.model = "dense 8 relu, dense 2";
+  c.epochs = 1;
+  ASSERT_TRUE(Train(**snap, "train", c, dir + "/m.ckpt").ok());
+  ASSERT_TRUE(Evaluate(dir + "/m.ckpt", **snap, "train").ok());
+  const uint64_t nan_id = (*(*snap)->table("nan"))->id(3);
+  auto nan = Evaluate(dir + "/m.ckpt", **snap, "nan");
+  ASSERT_FALSE(nan.ok());
+  EXPECT_EQ(nan.status().message(),
+            "member m1 outputs NaN or infinity on table nan for sample id " +
+                std::to_string(nan_id) +
+                " (1 sample) (NaN or infinite features, or diverged weights)");
+  const store::Table* labels = *(*snap)->table("labels");
+  auto bad = Evaluate(dir + "/m.ckpt", **snap, "labels");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "table labels: class labels must be in [0, 2) for member m1; "
+            "sample id " +
+                std::to_string(labels->id(2)) + ": -1, sample id " + std::to_string(labels->id(4)) +
+                ": 5 (2 samples)");
+}
+
 TEST(MemberTest, CancelStopsTraining) {
   std::string dir = Scratch("cancel");
   auto snap = Open(FashionStore());
