@@ -3,6 +3,8 @@
 #include "model/member.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -352,6 +354,52 @@ TEST(MemberTest, EvaluateNamesNaNOutputsAndBadLabelsBySampleId) {
             "sample id " +
                 std::to_string(labels->id(2)) + ": -1, sample id " + std::to_string(labels->id(4)) +
                 ": 5 (2 samples)");
+}
+
+TEST(MemberTest, FullDiskWritingACheckpointIsAnErrorNotAnAbort) {
+  // Issue 14: a full disk made libtorch throw from a destructor (std::terminate, exit 134)
+  // and left checkpoint.pt.tmp.* behind. A 64 KiB tmpfs holds no 800 KB checkpoint.
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  std::string dir = Scratch("full-disk");
+  std::string mnt = dir + "/mnt";
+  std::filesystem::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
+  }
+  auto snap = Open(FashionStore());
+  auto r = Train(*snap, "train", MlpConfig(1, 0), mnt + "/checkpoint.pt");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(mnt)) left.push_back(e.path().string());
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "no space left on device writing checkpoint " + mnt + "/checkpoint.pt");
+  EXPECT_TRUE(left.empty()) << left.front();
+}
+
+TEST(MemberTest, StaleCheckpointTempsOfDeadWritersAreRemoved) {
+  std::string dir = Scratch("stale-temps");
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string ckpt = dir + "/checkpoint.pt";
+  const std::string stale = ckpt + ".tmp." + host + "." + std::to_string(dead) + ".0";
+  const std::string old_style = ckpt + ".tmp." + std::to_string(dead) + ".3";
+  const std::string live = ckpt + ".tmp." + host + "." + std::to_string(::getpid()) + ".7";
+  const std::string other_host = ckpt + ".tmp.elsewhere.example." + std::to_string(dead) + ".0";
+  const std::string other_file = dir + "/other.pt.tmp." + host + "." + std::to_string(dead) + ".0";
+  for (const auto& f : {stale, old_style, live, other_host, other_file}) std::ofstream(f) << "x";
+  auto snap = Open(FashionStore());
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(1, 0), ckpt).ok());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_FALSE(std::filesystem::exists(old_style));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(other_host));
+  EXPECT_TRUE(std::filesystem::exists(other_file));
+  EXPECT_TRUE(std::filesystem::exists(ckpt));
 }
 
 TEST(MemberTest, CancelStopsTraining) {
