@@ -143,6 +143,14 @@ json ManifestSummaryJson(const store::Manifest& m) {
 
 // ---- commands ----------------------------------------------------------------------------
 
+// Begins the store's one write, showing what Begin repaired (an interrupted commit's
+// manifest it removed) as warnings: a generation is never removed without a word.
+Result<std::unique_ptr<store::Transaction>> BeginWriting(const std::string& dir) {
+  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  for (const auto& note : txn->notes()) fmt::print(stderr, "cohort: warning: {}\n", note);
+  return txn;
+}
+
 struct ImportArgs {
   std::string store;
   std::string table;
@@ -191,7 +199,7 @@ Status RunImport(const ImportArgs& a) {
     return Status::InvalidArgument("--classes applies to class labels, not --label-type vector");
   }
   // The writer lock first: the table's kind decides how `auto` labels are read.
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(a.store));
   const std::string label_type = EffectiveLabelType(a, *txn);
   HostArray x;
   HostArray y;
@@ -319,19 +327,38 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
 }
 
 Status RunLog(const std::string& dir, bool as_json) {
-  COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistory(dir));
+  COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistoryEntries(dir));
   std::reverse(history.begin(), history.end());  // newest first, as git log
+  // A damaged manifest is one marked generation, not a failed log: the others still show.
+  size_t damaged = 0;
   if (as_json) {
     json arr = json::array();
-    for (const auto& m : history) arr.push_back(ManifestSummaryJson(m));
+    for (const auto& e : history) {
+      if (e.manifest) {
+        arr.push_back(ManifestSummaryJson(*e.manifest));
+      } else {
+        arr.push_back({{"generation", e.generation}, {"damaged", e.damage}});
+        damaged++;
+      }
+    }
     fmt::print("{}\n", arr.dump(2, ' ', false, json::error_handler_t::replace));
-    return Status::OK();
+  } else {
+    for (const auto& e : history) {
+      if (!e.manifest) {
+        fmt::print("generation {:<5} DAMAGED: {}\n", e.generation, e.damage);
+        damaged++;
+        continue;
+      }
+      const store::Manifest& m = *e.manifest;
+      std::string rows;
+      for (const auto& [name, t] : m.tables) rows += fmt::format(" {}={}", name, t.row_count);
+      fmt::print("generation {:<5} {}  {}\n", m.generation, m.created, m.note);
+      if (!rows.empty()) fmt::print("                 rows:{}\n", rows);
+    }
   }
-  for (const auto& m : history) {
-    std::string rows;
-    for (const auto& [name, t] : m.tables) rows += fmt::format(" {}={}", name, t.row_count);
-    fmt::print("generation {:<5} {}  {}\n", m.generation, m.created, m.note);
-    if (!rows.empty()) fmt::print("                 rows:{}\n", rows);
+  if (damaged > 0) {
+    return Status::Corruption(
+        fmt::format("{}: {} damaged manifest(s) (run `cohort data verify {}`)", dir, damaged, dir));
   }
   return Status::OK();
 }
@@ -400,11 +427,14 @@ std::vector<size_t> SeededSample(size_t n, size_t count, uint64_t seed) {
 }
 
 Status RunSplit(const SplitArgs& a) {
+  if (a.fraction != 0 && !(a.fraction > 0 && a.fraction < 1)) {
+    return Status::InvalidArgument(fmt::format("--fraction {}: must be in (0, 1)", a.fraction));
+  }
   int modes = (a.count > 0) + (a.fraction > 0) + !a.ids_file.empty();
   if (modes != 1) {
     return Status::InvalidArgument("split needs exactly one of --count, --fraction, --ids-file");
   }
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(a.store));
   COHORT_ASSIGN_OR_RETURN(auto ids, txn->TableIds(a.from));
   std::vector<uint64_t> chosen;
   if (!a.ids_file.empty()) {
@@ -444,7 +474,7 @@ Status RunRemove(const std::string& dir, const std::string& table, const std::st
     COHORT_ASSIGN_OR_RETURN(ids, ParseIdList(ids_text, "--ids"));
   }
   if (ids.empty()) return Status::InvalidArgument("remove: no ids given");
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(dir));
   COHORT_RETURN_IF_ERROR(txn->Remove(table, ids));
   COHORT_ASSIGN_OR_RETURN(
       uint64_t gen,
@@ -456,6 +486,7 @@ Status RunRemove(const std::string& dir, const std::string& table, const std::st
 
 Status RunVerify(const std::string& dir, std::optional<uint64_t> generation) {
   COHORT_ASSIGN_OR_RETURN(auto report, store::VerifyStore(dir, generation));
+  for (const auto& w : report.warnings) fmt::print(stderr, "warning: {}\n", w);
   for (const auto& p : report.problems) fmt::print(stderr, "damaged: {}\n", p);
   if (!report.ok()) {
     return Status::Corruption(fmt::format("{}: {} problem(s) found in {} generation(s)", dir,
@@ -470,7 +501,7 @@ Status RunCompact(const std::string& dir, double threshold) {
   if (threshold < 0 || threshold >= 1) {
     return Status::InvalidArgument("--threshold must be in [0, 1)");
   }
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(dir));
   COHORT_ASSIGN_OR_RETURN(auto tables, txn->Compact(threshold));
   if (tables.empty()) {
     fmt::print("nothing to compact (no table has more than {:.0f}% dead rows)\n", threshold * 100);
@@ -513,6 +544,16 @@ Status RunExport(const std::string& dir, const std::string& table, const std::st
   fmt::print("exported {} samples of {} (generation {}): {}\n", t->size(), table,
              snap->generation(), written);
   return Status::OK();
+}
+
+// Whole numbers >= 0 for unsigned options: CLI11 alone reads "-3" as 2^64 - 3.
+CLI::Validator WholeNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) return "";
+        return "must be a whole number >= 0, not '" + text + "'";
+      },
+      "UINT");
 }
 
 }  // namespace
@@ -569,13 +610,15 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
                   "Class labels must be in [0, N) (default: any in [0, 2^24))");
   imp->add_flag("--allow-non-finite", o->import.allow_non_finite,
                 "Accept NaN and infinite features (and regression targets)");
-  imp->add_option("--limit", o->import.limit, "Import only the first N samples");
+  imp->add_option("--limit", o->import.limit, "Import only the first N samples")
+      ->check(WholeNumber());
   imp->add_option("--note", o->import.note, "Note recorded with the commit");
   imp->callback([o, run] { *run = [o] { return RunImport(o->import); }; });
 
   auto* info = data->add_subcommand("info", "Show a generation's tables");
   info->add_option("STORE", o->store, "Store directory")->required();
-  info->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  info->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   info->add_flag("--json", o->json, "Print JSON");
   info->callback([o, run] { *run = [o] { return RunInfo(o->store, o->generation, o->json); }; });
 
@@ -586,8 +629,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
 
   auto* diff = data->add_subcommand("diff", "Show samples added and removed between generations");
   diff->add_option("STORE", o->store, "Store directory")->required();
-  diff->add_option("A", o->gen_a, "From generation")->required();
-  diff->add_option("B", o->gen_b, "To generation")->required();
+  diff->add_option("A", o->gen_a, "From generation")->check(WholeNumber())->required();
+  diff->add_option("B", o->gen_b, "To generation")->check(WholeNumber())->required();
   diff->add_flag("--json", o->json, "Print JSON (with the ids)");
   diff->add_flag("--ids", o->list_ids, "List the ids");
   diff->callback([o, run] {
@@ -599,10 +642,11 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   split->add_option("STORE", o->split.store, "Store directory")->required();
   split->add_option("--from", o->split.from, "Source table")->required();
   split->add_option("--to", o->split.to, "Destination table (created if missing)")->required();
-  split->add_option("--count,-n", o->split.count, "Number of samples to move");
+  split->add_option("--count,-n", o->split.count, "Number of samples to move")
+      ->check(WholeNumber());
   split->add_option("--fraction", o->split.fraction, "Fraction of the source to move");
   split->add_option("--ids-file", o->split.ids_file, "Move these ids (.npy or text)");
-  split->add_option("--seed", o->split.seed, "Random seed (default 0)");
+  split->add_option("--seed", o->split.seed, "Random seed (default 0)")->check(WholeNumber());
   split->add_option("--note", o->split.note, "Note recorded with the commit");
   split->callback([o, run] { *run = [o] { return RunSplit(o->split); }; });
 
@@ -619,7 +663,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   auto* verify =
       data->add_subcommand("verify", "Check every checksum and reference; non-zero exit on damage");
   verify->add_option("STORE", o->store, "Store directory")->required();
-  verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)");
+  verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)")
+      ->check(WholeNumber());
   verify->callback([o, run] { *run = [o] { return RunVerify(o->store, o->generation); }; });
 
   auto* compact =
@@ -632,7 +677,9 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   auto* prune = data->add_subcommand(
       "prune", "Delete all but the newest generations and the files only they used");
   prune->add_option("STORE", o->store, "Store directory")->required();
-  prune->add_option("--keep", o->keep, "Number of newest generations to keep")->required();
+  prune->add_option("--keep", o->keep, "Number of newest generations to keep")
+      ->check(WholeNumber())
+      ->required();
   prune->callback([o, run] { *run = [o] { return RunPrune(o->store, o->keep); }; });
 
   auto* exp =
@@ -640,7 +687,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   exp->add_option("STORE", o->store, "Store directory")->required();
   exp->add_option("--table,-t", o->table, "Table")->required();
   exp->add_option("--out,-o", o->out, "Output prefix")->required();
-  exp->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  exp->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   exp->callback(
       [o, run] { *run = [o] { return RunExport(o->store, o->table, o->out, o->generation); }; });
 
@@ -648,7 +696,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       data->add_subcommand("clone", "Make a new store starting at a generation of another");
   clone->add_option("SRC", o->store, "Source store")->required();
   clone->add_option("DST", o->dst, "New store directory")->required();
-  clone->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  clone->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   clone->callback([o, run] {
     *run = [o]() -> Status {
       COHORT_ASSIGN_OR_RETURN(uint64_t gen, store::CloneStore(o->store, o->dst, o->generation));
