@@ -83,7 +83,7 @@ class BadDataAtTheDoor(Case):
         bad = np.array([0, 1, -1, 2, 2**40, 1])
         y = self.save("bad.npy", bad)
         self.fails("data", "import", self.store, "-t", "train", "--npy", x, y,
-                   mentions=["bad.npy", "class labels must be in [0, 2^24)", "row 2: -1",
+                   mentions=["bad.npy", "class labels must be in [0, 100000)", "row 2: -1",
                              "row 4: 1099511627776"])
         good = self.save("good.npy", np.array([0, 1, 9, 2, 3, 1]))
         self.fails("data", "import", self.store, "-t", "train", "--npy", x, good, "--classes",

@@ -337,11 +337,14 @@ class BadInput(WorkerCase):
         self.assertError(w.next(), "malformed command", "expected a JSON object")
         w.send('"train"')
         self.assertError(w.next(), "malformed command")
-        deep = "[" * 200000 + "]" * 200000  # hostile nesting: answered, not a stack overflow
+        # Hostile nesting: refused from the text (at most 64 levels), never a stack overflow.
+        deep = "[" * 200000 + "]" * 200000
         w.send(deep)
-        self.assertError(w.next(), "malformed command", "expected a JSON object")
+        self.assertError(w.next(), "malformed command", "JSON nested deeper than 64 levels")
         command = self.train_command("m4", epochs="DEEP", id=4)
         w.send(json.dumps(command).replace('"DEEP"', deep))
+        self.assertError(w.next(), "malformed command", "JSON nested deeper than 64 levels")
+        w.send(json.dumps(command).replace('"DEEP"', "[" * 30 + "]" * 30))
         self.assertError(w.next(), "config.epochs: expected an integer", id=4)
         w.send(b'{"op": "\xff"}')
         self.assertError(w.next(), "malformed command", "UTF-8")

@@ -607,7 +607,7 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
                   "auto (integers -> classes), class, or vector (regression targets)")
       ->check(CLI::IsMember({"auto", "class", "vector"}));
   imp->add_option("--classes", o->import.classes,
-                  "Class labels must be in [0, N) (default: any in [0, 2^24))");
+                  "Class labels must be in [0, N) (default: any in [0, 100000))");
   imp->add_flag("--allow-non-finite", o->import.allow_non_finite,
                 "Accept NaN and infinite features (and regression targets)");
   imp->add_option("--limit", o->import.limit, "Import only the first N samples")

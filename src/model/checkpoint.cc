@@ -1,13 +1,10 @@
 #include "model/checkpoint.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
 
 #include "common/file_util.h"
 
@@ -23,16 +20,6 @@ std::string FirstLine(const std::string& text) {
 }
 
 namespace {
-
-std::string ThisHost() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  std::string host(buf);
-  for (char& c : host) {
-    if (c == '/') c = '_';
-  }
-  return host;
-}
 
 // A write error as a Status; a full disk (or quota) reads "no space left on device writing
 // checkpoint PATH", the one line the loop journals for the attempt.
@@ -73,44 +60,13 @@ class FdSink {
 
 }  // namespace
 
-void RemoveStaleCheckpointTemps(const std::string& path) {
-  const std::filesystem::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp.";
-  const std::string host = ThisHost();
-  std::error_code ec;
-  std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    // PATH.tmp.HOST.PID.N (hosts may hold dots); PATH.tmp.PID.N from older cohorts.
-    const std::string rest = name.substr(prefix.size());
-    const size_t last = rest.rfind('.');
-    if (last == std::string::npos || last == 0) continue;
-    const size_t before = rest.rfind('.', last - 1);
-    const std::string pid_text = before == std::string::npos
-                                     ? rest.substr(0, last)
-                                     : rest.substr(before + 1, last - before - 1);
-    const std::string writer_host = before == std::string::npos ? host : rest.substr(0, before);
-    if (writer_host != host || pid_text.empty() ||
-        pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) {
-      continue;  // another host's writer may still run: its file is not ours to judge
-    }
-    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-      std::filesystem::remove(entry.path(), ec);
-    }
-  }
-}
-
 Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
                       torch::optim::Optimizer* optimizer) {
-  // A writer killed mid-write (SIGKILL, a lost node) left its temp file: gone now.
-  RemoveStaleCheckpointTemps(path);
+  // A writer killed mid-write (SIGKILL) left its temp file: gone now.
+  RemoveStaleTempFiles(path);
   // A unique temp name: a retried member may write the same path while a stuck attempt
   // still runs, and the two must not interleave.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + ThisHost() + "." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp = UniqueTempName(path);
   ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (fd.get() < 0) return WriteError(path, errno);
   FdSink sink(fd.get());

@@ -564,7 +564,7 @@ HostArray CsvFeatureArray(const CsvValues& values, const CsvColumns& columns) {
 // The valid range of class labels, "[0, 10)", for messages.
 std::string ClassRange(int64_t classes) {
   if (classes > 0) return "[0, " + std::to_string(classes) + ")";
-  return "[0, 2^24)";
+  return "[0, 100000)";
 }
 
 // Every label a valid class, or an error naming the lines at fault (at most 5) and the count.

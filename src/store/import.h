@@ -63,9 +63,10 @@ Result<HostArray> ToClassLabels(HostArray a, const std::string& what);
 Result<HostArray> ToVectorLabels(HostArray a, const std::string& what);
 
 // Class labels are integers in [0, classes): a member's output has one unit per class.
-// Without a class count a label must still be below kMaxClasses (2^24): anything larger is
-// an id or a hash by mistake, not a class of a network that could be trained.
-inline constexpr int64_t kMaxClasses = int64_t{1} << 24;
+// Without a class count a label must still be below kMaxClasses (100,000, the largest class
+// count the loop infers from labels): a larger one is an id or a hash by mistake far more
+// often than a class; importers of more classes say so (`--classes N`).
+inline constexpr int64_t kMaxClasses = 100000;
 
 // Checks int64 class labels of shape (n,): each in [0, classes), or [0, kMaxClasses) when
 // `classes` is 0. InvalidArgument naming `what`, the first rows at fault (at most 5, with

@@ -536,7 +536,7 @@ TEST_F(ImportTest, CsvClassLabelsOutOfRangeNameTheirLines) {
   auto ds = ReadCsvDataset(path, Label("y"));
   EXPECT_TRUE(ds.status().IsInvalidArgument());
   EXPECT_EQ(ds.status().message(), path +
-                                       ": column 'y': class labels must be in [0, 2^24); line 3: "
+                                       ": column 'y': class labels must be in [0, 100000); line 3: "
                                        "-1, line 5: 1099511627776, line 6: 1e+23");
   EXPECT_TRUE(ErrorHas(ReadCsvDataset(path, Label("y", CsvOptions::LabelType::kClass)).status(),
                        "line 6: 1e+23"));
@@ -580,7 +580,7 @@ TEST_F(ImportTest, ClassLabelsOutOfRangeNameTheirRows) {
   v[2] = int64_t{1} << 40;
   v[3] = 9;
   EXPECT_EQ(CheckClassLabels(y, 0, "y.npy").message(),
-            "y.npy: class labels must be in [0, 2^24); row 1: -1, row 2: 1099511627776");
+            "y.npy: class labels must be in [0, 100000); row 1: -1, row 2: 1099511627776");
   v[1] = 1;
   v[2] = 2;
   EXPECT_TRUE(CheckClassLabels(y, 0, "y.npy").ok());
