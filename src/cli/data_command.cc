@@ -166,7 +166,7 @@ struct ImportArgs {
 };
 
 // NaN or infinite features (or regression targets) are refused unless asked for: a member
-// trained on them learns NaN, and its metrics index bins with them.
+// trained on them learns NaN.
 Status CheckFiniteUnlessAllowed(const ImportArgs& a, const HostArray& values,
                                 const std::string& what, const char* role) {
   if (a.allow_non_finite) return Status::OK();
