@@ -90,6 +90,7 @@ class OutsideMembers(LoopCase):
         log = read(run_dir, "members", "garbage", "round-0000", "attempt-1", "member.log")
         self.assertIn("some library chatter", log)
         self.assertIn("@cohort {not json", log)
+        self.assertIn("[cohort: not an event: JSON nested deeper than 64 levels]", log)
 
         a = attempts(run_dir, "forgets")
         self.assertEqual([x["status"] for x in a], ["failed", "failed"])

@@ -337,11 +337,14 @@ class BadInput(WorkerCase):
         self.assertError(w.next(), "malformed command", "expected a JSON object")
         w.send('"train"')
         self.assertError(w.next(), "malformed command")
-        deep = "[" * 200000 + "]" * 200000  # hostile nesting: answered, not a stack overflow
+        # Hostile nesting: refused from the text (at most 64 levels), never a stack overflow.
+        deep = "[" * 200000 + "]" * 200000
         w.send(deep)
-        self.assertError(w.next(), "malformed command", "expected a JSON object")
+        self.assertError(w.next(), "malformed command", "JSON nested deeper than 64 levels")
         command = self.train_command("m4", epochs="DEEP", id=4)
         w.send(json.dumps(command).replace('"DEEP"', deep))
+        self.assertError(w.next(), "malformed command", "JSON nested deeper than 64 levels")
+        w.send(json.dumps(command).replace('"DEEP"', "[" * 30 + "]" * 30))
         self.assertError(w.next(), "config.epochs: expected an integer", id=4)
         w.send(b'{"op": "\xff"}')
         self.assertError(w.next(), "malformed command", "UTF-8")
@@ -398,6 +401,29 @@ class BadInput(WorkerCase):
         self.assertEqual(event["id"], "ok")
         self.assertGreater(event["metrics"]["accuracy"], 0.5)
         self.shutdown(w)
+
+    def test_full_disk_writing_a_checkpoint_is_an_error_event(self):
+        """Issue 14: libtorch aborted the worker (exit 134) on a full disk, so the loop lost
+        the cause; now the command fails with one line and the worker serves on."""
+        if os.geteuid() != 0:
+            self.skipTest("mounting a tmpfs needs root")
+        mnt = os.path.join(self.dir, "full")
+        os.makedirs(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt]).returncode:
+            self.skipTest("cannot mount a tmpfs")
+        try:
+            w = self.worker()
+            checkpoint = os.path.join(mnt, "checkpoint.pt")
+            w.send(self.train_command("m1", epochs=1, id="full", checkpoint=checkpoint))
+            event = w.until("done", "error")[-1]
+            self.assertError(event, id="full")
+            self.assertEqual(event["message"],
+                             "no space left on device writing checkpoint " + checkpoint)
+            self.assertEqual(os.listdir(mnt), [])
+            self.train(w, "m2", epochs=1)
+            self.shutdown(w)
+        finally:
+            subprocess.run(["umount", "-l", mnt])
 
     def test_crlf_blank_and_very_long_lines(self):
         w = self.worker()

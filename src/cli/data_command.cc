@@ -143,6 +143,14 @@ json ManifestSummaryJson(const store::Manifest& m) {
 
 // ---- commands ----------------------------------------------------------------------------
 
+// Begins the store's one write, showing what Begin repaired (an interrupted commit's
+// manifest it removed) as warnings: a generation is never removed without a word.
+Result<std::unique_ptr<store::Transaction>> BeginWriting(const std::string& dir) {
+  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  for (const auto& note : txn->notes()) fmt::print(stderr, "cohort: warning: {}\n", note);
+  return txn;
+}
+
 struct ImportArgs {
   std::string store;
   std::string table;
@@ -151,37 +159,74 @@ struct ImportArgs {
   std::string csv;
   std::string label_column;
   std::string label_type = "auto";
+  int64_t classes = 0;
+  bool allow_non_finite = false;
   uint64_t limit = 0;
   std::string note;
 };
+
+// NaN or infinite features (or regression targets) are refused unless asked for: a member
+// trained on them learns NaN.
+Status CheckFiniteUnlessAllowed(const ImportArgs& a, const HostArray& values,
+                                const std::string& what, const char* role) {
+  if (a.allow_non_finite) return Status::OK();
+  Status st = store::CheckFinite(values, what, role);
+  if (st.ok()) return st;
+  return Status::InvalidArgument(st.message() + " (--allow-non-finite accepts NaN and infinities)");
+}
+
+// `--label-type auto` follows an existing table's kind, so integral float labels go into a
+// class table as classes (and are checked as classes) instead of failing on the schema.
+std::string EffectiveLabelType(const ImportArgs& a, const store::Transaction& txn) {
+  if (a.label_type != "auto" || !txn.HasTable(a.table)) return a.label_type;
+  auto schema = txn.Schema(a.table);
+  if (!schema.ok()) return a.label_type;
+  if (schema->label_kind == store::LabelKind::kClass) return "class";
+  if (schema->label_kind == store::LabelKind::kVector) return "vector";
+  return a.label_type;
+}
 
 Status RunImport(const ImportArgs& a) {
   int sources = !a.idx.empty() + !a.npy.empty() + !a.csv.empty();
   if (sources != 1) {
     return Status::InvalidArgument("import needs exactly one of --idx, --npy, --csv");
   }
+  if (a.classes < 0 || a.classes == 1) {
+    return Status::InvalidArgument(
+        fmt::format("--classes {}: a class table needs at least 2 classes", a.classes));
+  }
+  if (a.classes > 0 && a.label_type == "vector") {
+    return Status::InvalidArgument("--classes applies to class labels, not --label-type vector");
+  }
+  // The writer lock first: the table's kind decides how `auto` labels are read.
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(a.store));
+  const std::string label_type = EffectiveLabelType(a, *txn);
   HostArray x;
   HostArray y;
   bool has_labels = true;
   std::string source;
   if (!a.idx.empty()) {
-    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1]));
+    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1], a.classes));
     x = std::move(pair.first);
     y = std::move(pair.second);
     source = a.idx[0];
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.idx[0], "features"));
   } else if (!a.npy.empty()) {
     COHORT_ASSIGN_OR_RETURN(HostArray raw_x, store::ReadNpyFile(a.npy[0]));
     COHORT_ASSIGN_OR_RETURN(x, store::ToStoreFeatures(std::move(raw_x), a.npy[0]));
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.npy[0], "features"));
     source = a.npy[0];
     if (a.npy.size() == 2) {
       COHORT_ASSIGN_OR_RETURN(HostArray raw_y, store::ReadNpyFile(a.npy[1]));
       bool integral =
           raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
-      bool as_class = a.label_type == "class" || (a.label_type == "auto" && integral);
+      bool as_class = label_type == "class" || (label_type == "auto" && integral);
       if (as_class) {
         COHORT_ASSIGN_OR_RETURN(y, store::ToClassLabels(std::move(raw_y), a.npy[1]));
+        COHORT_RETURN_IF_ERROR(store::CheckClassLabels(y, a.classes, a.npy[1]));
       } else {
         COHORT_ASSIGN_OR_RETURN(y, store::ToVectorLabels(std::move(raw_y), a.npy[1]));
+        COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, y, a.npy[1], "labels"));
       }
       if (y.rows() != x.rows()) {
         return Status::InvalidArgument(
@@ -196,12 +241,19 @@ Status RunImport(const ImportArgs& a) {
     }
     store::CsvOptions opts;
     opts.label_column = a.label_column;
-    if (a.label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
-    if (a.label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
+    if (label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
+    if (label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
+    opts.classes = a.classes;
+    opts.allow_non_finite = a.allow_non_finite;
     COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadCsvDataset(a.csv, opts));
     x = std::move(pair.first);
     y = std::move(pair.second);
     source = a.csv;
+  }
+  if (a.classes > 0 && has_labels && y.dtype != store::Dtype::kInt64) {
+    return Status::InvalidArgument(
+        fmt::format("--classes {}: {} holds regression targets, not class labels", a.classes,
+                    a.npy.size() == 2 ? a.npy[1] : source));
   }
   if (a.limit > 0) {
     x.TruncateRows(a.limit);
@@ -220,7 +272,6 @@ Status RunImport(const ImportArgs& a) {
     schema.label_shape = y.row_shape();
   }
 
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
   if (!txn->HasTable(a.table)) {
     COHORT_RETURN_IF_ERROR(txn->CreateTable(a.table, schema));
   } else {
@@ -276,19 +327,38 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
 }
 
 Status RunLog(const std::string& dir, bool as_json) {
-  COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistory(dir));
+  COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistoryEntries(dir));
   std::reverse(history.begin(), history.end());  // newest first, as git log
+  // A damaged manifest is one marked generation, not a failed log: the others still show.
+  size_t damaged = 0;
   if (as_json) {
     json arr = json::array();
-    for (const auto& m : history) arr.push_back(ManifestSummaryJson(m));
+    for (const auto& e : history) {
+      if (e.manifest) {
+        arr.push_back(ManifestSummaryJson(*e.manifest));
+      } else {
+        arr.push_back({{"generation", e.generation}, {"damaged", e.damage}});
+        damaged++;
+      }
+    }
     fmt::print("{}\n", arr.dump(2, ' ', false, json::error_handler_t::replace));
-    return Status::OK();
+  } else {
+    for (const auto& e : history) {
+      if (!e.manifest) {
+        fmt::print("generation {:<5} DAMAGED: {}\n", e.generation, e.damage);
+        damaged++;
+        continue;
+      }
+      const store::Manifest& m = *e.manifest;
+      std::string rows;
+      for (const auto& [name, t] : m.tables) rows += fmt::format(" {}={}", name, t.row_count);
+      fmt::print("generation {:<5} {}  {}\n", m.generation, m.created, m.note);
+      if (!rows.empty()) fmt::print("                 rows:{}\n", rows);
+    }
   }
-  for (const auto& m : history) {
-    std::string rows;
-    for (const auto& [name, t] : m.tables) rows += fmt::format(" {}={}", name, t.row_count);
-    fmt::print("generation {:<5} {}  {}\n", m.generation, m.created, m.note);
-    if (!rows.empty()) fmt::print("                 rows:{}\n", rows);
+  if (damaged > 0) {
+    return Status::Corruption(
+        fmt::format("{}: {} damaged manifest(s) (run `cohort data verify {}`)", dir, damaged, dir));
   }
   return Status::OK();
 }
@@ -357,11 +427,14 @@ std::vector<size_t> SeededSample(size_t n, size_t count, uint64_t seed) {
 }
 
 Status RunSplit(const SplitArgs& a) {
+  if (a.fraction != 0 && !(a.fraction > 0 && a.fraction < 1)) {
+    return Status::InvalidArgument(fmt::format("--fraction {}: must be in (0, 1)", a.fraction));
+  }
   int modes = (a.count > 0) + (a.fraction > 0) + !a.ids_file.empty();
   if (modes != 1) {
     return Status::InvalidArgument("split needs exactly one of --count, --fraction, --ids-file");
   }
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(a.store));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(a.store));
   COHORT_ASSIGN_OR_RETURN(auto ids, txn->TableIds(a.from));
   std::vector<uint64_t> chosen;
   if (!a.ids_file.empty()) {
@@ -401,7 +474,7 @@ Status RunRemove(const std::string& dir, const std::string& table, const std::st
     COHORT_ASSIGN_OR_RETURN(ids, ParseIdList(ids_text, "--ids"));
   }
   if (ids.empty()) return Status::InvalidArgument("remove: no ids given");
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(dir));
   COHORT_RETURN_IF_ERROR(txn->Remove(table, ids));
   COHORT_ASSIGN_OR_RETURN(
       uint64_t gen,
@@ -413,6 +486,7 @@ Status RunRemove(const std::string& dir, const std::string& table, const std::st
 
 Status RunVerify(const std::string& dir, std::optional<uint64_t> generation) {
   COHORT_ASSIGN_OR_RETURN(auto report, store::VerifyStore(dir, generation));
+  for (const auto& w : report.warnings) fmt::print(stderr, "warning: {}\n", w);
   for (const auto& p : report.problems) fmt::print(stderr, "damaged: {}\n", p);
   if (!report.ok()) {
     return Status::Corruption(fmt::format("{}: {} problem(s) found in {} generation(s)", dir,
@@ -427,7 +501,7 @@ Status RunCompact(const std::string& dir, double threshold) {
   if (threshold < 0 || threshold >= 1) {
     return Status::InvalidArgument("--threshold must be in [0, 1)");
   }
-  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(dir));
   COHORT_ASSIGN_OR_RETURN(auto tables, txn->Compact(threshold));
   if (tables.empty()) {
     fmt::print("nothing to compact (no table has more than {:.0f}% dead rows)\n", threshold * 100);
@@ -470,6 +544,16 @@ Status RunExport(const std::string& dir, const std::string& table, const std::st
   fmt::print("exported {} samples of {} (generation {}): {}\n", t->size(), table,
              snap->generation(), written);
   return Status::OK();
+}
+
+// Whole numbers >= 0 for unsigned options: CLI11 alone reads "-3" as 2^64 - 3.
+CLI::Validator WholeNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) return "";
+        return "must be a whole number >= 0, not '" + text + "'";
+      },
+      "UINT");
 }
 
 }  // namespace
@@ -522,13 +606,19 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   imp->add_option("--label-type", o->import.label_type,
                   "auto (integers -> classes), class, or vector (regression targets)")
       ->check(CLI::IsMember({"auto", "class", "vector"}));
-  imp->add_option("--limit", o->import.limit, "Import only the first N samples");
+  imp->add_option("--classes", o->import.classes,
+                  "Class labels must be in [0, N) (default: any in [0, 100000))");
+  imp->add_flag("--allow-non-finite", o->import.allow_non_finite,
+                "Accept NaN and infinite features (and regression targets)");
+  imp->add_option("--limit", o->import.limit, "Import only the first N samples")
+      ->check(WholeNumber());
   imp->add_option("--note", o->import.note, "Note recorded with the commit");
   imp->callback([o, run] { *run = [o] { return RunImport(o->import); }; });
 
   auto* info = data->add_subcommand("info", "Show a generation's tables");
   info->add_option("STORE", o->store, "Store directory")->required();
-  info->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  info->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   info->add_flag("--json", o->json, "Print JSON");
   info->callback([o, run] { *run = [o] { return RunInfo(o->store, o->generation, o->json); }; });
 
@@ -539,8 +629,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
 
   auto* diff = data->add_subcommand("diff", "Show samples added and removed between generations");
   diff->add_option("STORE", o->store, "Store directory")->required();
-  diff->add_option("A", o->gen_a, "From generation")->required();
-  diff->add_option("B", o->gen_b, "To generation")->required();
+  diff->add_option("A", o->gen_a, "From generation")->check(WholeNumber())->required();
+  diff->add_option("B", o->gen_b, "To generation")->check(WholeNumber())->required();
   diff->add_flag("--json", o->json, "Print JSON (with the ids)");
   diff->add_flag("--ids", o->list_ids, "List the ids");
   diff->callback([o, run] {
@@ -552,10 +642,11 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   split->add_option("STORE", o->split.store, "Store directory")->required();
   split->add_option("--from", o->split.from, "Source table")->required();
   split->add_option("--to", o->split.to, "Destination table (created if missing)")->required();
-  split->add_option("--count,-n", o->split.count, "Number of samples to move");
+  split->add_option("--count,-n", o->split.count, "Number of samples to move")
+      ->check(WholeNumber());
   split->add_option("--fraction", o->split.fraction, "Fraction of the source to move");
   split->add_option("--ids-file", o->split.ids_file, "Move these ids (.npy or text)");
-  split->add_option("--seed", o->split.seed, "Random seed (default 0)");
+  split->add_option("--seed", o->split.seed, "Random seed (default 0)")->check(WholeNumber());
   split->add_option("--note", o->split.note, "Note recorded with the commit");
   split->callback([o, run] { *run = [o] { return RunSplit(o->split); }; });
 
@@ -572,7 +663,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   auto* verify =
       data->add_subcommand("verify", "Check every checksum and reference; non-zero exit on damage");
   verify->add_option("STORE", o->store, "Store directory")->required();
-  verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)");
+  verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)")
+      ->check(WholeNumber());
   verify->callback([o, run] { *run = [o] { return RunVerify(o->store, o->generation); }; });
 
   auto* compact =
@@ -585,7 +677,9 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   auto* prune = data->add_subcommand(
       "prune", "Delete all but the newest generations and the files only they used");
   prune->add_option("STORE", o->store, "Store directory")->required();
-  prune->add_option("--keep", o->keep, "Number of newest generations to keep")->required();
+  prune->add_option("--keep", o->keep, "Number of newest generations to keep")
+      ->check(WholeNumber())
+      ->required();
   prune->callback([o, run] { *run = [o] { return RunPrune(o->store, o->keep); }; });
 
   auto* exp =
@@ -593,7 +687,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   exp->add_option("STORE", o->store, "Store directory")->required();
   exp->add_option("--table,-t", o->table, "Table")->required();
   exp->add_option("--out,-o", o->out, "Output prefix")->required();
-  exp->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  exp->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   exp->callback(
       [o, run] { *run = [o] { return RunExport(o->store, o->table, o->out, o->generation); }; });
 
@@ -601,7 +696,8 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       data->add_subcommand("clone", "Make a new store starting at a generation of another");
   clone->add_option("SRC", o->store, "Source store")->required();
   clone->add_option("DST", o->dst, "New store directory")->required();
-  clone->add_option("--generation,-g", o->generation, "Generation (default: current)");
+  clone->add_option("--generation,-g", o->generation, "Generation (default: current)")
+      ->check(WholeNumber());
   clone->callback([o, run] {
     *run = [o]() -> Status {
       COHORT_ASSIGN_OR_RETURN(uint64_t gen, store::CloneStore(o->store, o->dst, o->generation));

@@ -1,10 +1,13 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
 
 namespace cohort {
 
@@ -113,6 +116,59 @@ Status PublishFile(const std::string& tmp, const std::string& path) {
     return s;
   }
   return RenameIntoPlace(tmp, path);
+}
+
+namespace {
+
+// This host's name as temp file names carry it ('/' would make it a path).
+std::string ThisHost() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  std::string host(buf);
+  for (char& c : host) {
+    if (c == '/') c = '_';
+  }
+  return host;
+}
+
+}  // namespace
+
+std::string UniqueTempName(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + ThisHost() + "." + std::to_string(::getpid()) + "." +
+         std::to_string(counter.fetch_add(1));
+}
+
+int RemoveStaleTempFiles(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  const std::string host = ThisHost();
+  const std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // HOST.PID.N (a host name may hold dots), or PID.N.
+    const std::string rest = name.substr(prefix.size());
+    const size_t last = rest.rfind('.');
+    if (last == std::string::npos || last == 0) continue;
+    const size_t before = rest.rfind('.', last - 1);
+    const std::string pid_text = before == std::string::npos
+                                     ? rest.substr(0, last)
+                                     : rest.substr(before + 1, last - before - 1);
+    const std::string writer_host = before == std::string::npos ? host : rest.substr(0, before);
+    if (writer_host != host || pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos) {
+      continue;  // another host's writer may still run: its file is not ours to judge
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code remove_ec;
+      if (std::filesystem::remove(entry.path(), remove_ec)) removed++;
+    }
+  }
+  return removed;
 }
 
 }  // namespace cohort

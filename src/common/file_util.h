@@ -81,4 +81,14 @@ Status WriteFileAtomically(const std::string& path,
 // `path`'s directory. `tmp` is removed if it cannot become `path`.
 Status PublishFile(const std::string& tmp, const std::string& path);
 
+// A temp name for a write of `path` that no other writer uses, for PublishFile:
+// PATH.tmp.HOST.PID.N (N counts this process's temp names).
+std::string UniqueTempName(const std::string& path);
+
+// Removes `path`'s temp files (UniqueTempName's, and PATH.tmp.PID.N as older cohorts named
+// them) whose writer ran on this host and no longer runs: what a writer killed mid-write
+// leaves. Temp files of live writers and of other hosts (a shared filesystem) are left alone.
+// Best effort: errors are ignored. Returns how many files were removed.
+int RemoveStaleTempFiles(const std::string& path);
+
 }  // namespace cohort

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -149,6 +150,33 @@ TEST_F(FileUtilTest, PublishFileMovesAFinishedTempFileIntoPlace) {
   Status s = PublishFile(Path("never-written"), path);
   EXPECT_TRUE(s.IsNotFound()) << s.ToString();
   EXPECT_EQ(*ReadFileToString(path), "archive");
+}
+
+TEST_F(FileUtilTest, StaleTempFilesOfDeadWritersOnThisHostAreRemoved) {
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string path = Path("checkpoint.pt");
+  const std::string mine = UniqueTempName(path);
+  EXPECT_EQ(mine.rfind(path + ".tmp." + host + "." + std::to_string(::getpid()) + ".", 0), 0u);
+  EXPECT_NE(UniqueTempName(path), mine);
+  const std::string d = std::to_string(dead);
+  const std::vector<std::string> stale = {path + ".tmp." + host + "." + d + ".0",
+                                          path + ".tmp." + d + ".3"};
+  const std::vector<std::string> kept = {
+      mine,                                           // a live writer: this process
+      path + ".tmp.other.host.example." + d + ".0",   // another host's writer
+      Path("other.pt.tmp.") + host + "." + d + ".0",  // another file's
+      path + ".tmp.notapid.0", path + ".tmp"};
+  for (const auto& f : stale) ASSERT_TRUE(WriteFileAtomically(f, {Bytes("x")}).ok());
+  for (const auto& f : kept) ASSERT_TRUE(WriteFileAtomically(f, {Bytes("x")}).ok());
+  EXPECT_EQ(RemoveStaleTempFiles(path), 2);
+  for (const auto& f : stale) EXPECT_FALSE(fs::exists(f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(fs::exists(f)) << f;
+  EXPECT_EQ(RemoveStaleTempFiles(Path("missing-dir/x")), 0);
 }
 
 }  // namespace

@@ -2,6 +2,41 @@
 
 namespace cohort {
 
+bool JsonTextNestsDeeperThan(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); i++) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        i++;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return false;
+}
+
+Result<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth) {
+  if (JsonTextNestsDeeperThan(text, max_depth)) {
+    return Status::InvalidArgument("JSON nested deeper than " + std::to_string(max_depth) +
+                                   " levels");
+  }
+  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                                           /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument("not valid JSON");
+  return j;
+}
+
 bool JsonNestsDeeperThan(const nlohmann::json& v, int limit) {
   if (!v.is_structured()) return false;
   if (limit == 0) return true;

@@ -8,10 +8,28 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include "common/status.h"
 
 namespace cohort {
 
-// Whether `v` nests deeper than `limit` levels.
+// How deep JSON from outside (a member's events, a worker's commands) may nest. nlohmann's
+// parser is iterative, but copying, dumping and comparing a value recurse once per level:
+// a line nested 300,000 deep overflows the stack. Nothing cohort exchanges nests beyond a
+// handful of levels.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Whether JSON text opens more than `limit` arrays/objects inside one another (brackets in
+// strings are skipped). Linear, iterative: safe for any input.
+bool JsonTextNestsDeeperThan(std::string_view text, int limit);
+
+// Parses JSON from outside without exceptions: InvalidArgument "JSON nested deeper than N
+// levels" (checked on the text, before anything is built) or "not valid JSON: ...". The one
+// way untrusted JSON text becomes a value.
+Result<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth = kMaxJsonDepth);
+
+// Whether `v` nests deeper than `limit` levels (recursion at most `limit` deep).
 bool JsonNestsDeeperThan(const nlohmann::json& v, int limit);
 
 // `v` as compact JSON on one line (invalid UTF-8 replaced), at most `max_chars` characters

@@ -34,12 +34,43 @@ TEST(JsonTextTest, LongValuesAreCutAndLinesJoined) {
   EXPECT_EQ(JsonForMessage(nlohmann::json("a\nb")).find('\n'), std::string::npos);
 }
 
+// Deep values are built as text and parsed, never by copying json values into one another:
+// that recursion alone overflows the stack under AddressSanitizer at a few thousand levels.
+std::string Nested(int depth, const char* open = "[", const char* close = "]") {
+  std::string s;
+  for (int i = 0; i < depth; i++) s += open;
+  s += "1";
+  for (int i = 0; i < depth; i++) s += close;
+  return s;
+}
+
 TEST(JsonTextTest, DeepNestingIsDescribedNotDumped) {
-  nlohmann::json v = 1;
-  for (int i = 0; i < 10000; i++) v = nlohmann::json::array({v});
-  EXPECT_EQ(JsonForMessage(v), "a deeply nested array");
-  EXPECT_TRUE(JsonNestsDeeperThan(v, 8));
+  auto v = ParseJsonBounded(Nested(40));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(JsonForMessage(*v), "a deeply nested array");
+  EXPECT_TRUE(JsonNestsDeeperThan(*v, 8));
   EXPECT_FALSE(JsonNestsDeeperThan(nlohmann::json::array({1, 2}), 8));
+}
+
+TEST(JsonTextTest, TooDeepTextIsRefusedBeforeParsing) {
+  // 300,000 levels, as a hostile member printed them: refused from the text alone.
+  std::string deep = "{\"ev\":\"done\",\"metrics\":";
+  for (int i = 0; i < 300000; i++) deep += "{\"a\":";
+  deep += "1";
+  deep += std::string(300000, '}');
+  deep += "}";
+  auto r = ParseJsonBounded(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "JSON nested deeper than 64 levels");
+  EXPECT_FALSE(ParseJsonBounded(Nested(300000)).ok());
+  // The limit is inclusive; brackets inside strings do not count.
+  EXPECT_TRUE(ParseJsonBounded(Nested(kMaxJsonDepth)).ok());
+  EXPECT_FALSE(ParseJsonBounded(Nested(kMaxJsonDepth + 1)).ok());
+  auto s = ParseJsonBounded("{\"s\": \"" + std::string(1000, '[') + "\\\"{\"}");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)["s"].get<std::string>().size(), 1002u);
+  EXPECT_FALSE(JsonTextNestsDeeperThan("\"\\\"[[[\"", 1));
+  EXPECT_EQ(ParseJsonBounded("{\"a\":").status().message(), "not valid JSON");
 }
 
 }  // namespace

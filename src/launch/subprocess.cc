@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/json_text.h"
 #include "common/worker_protocol.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
@@ -589,12 +590,20 @@ void SubprocessSet::DeliverLine(Subprocess& child, Handler& handler) {
   }
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (std::string_view(line).starts_with(kEventPrefix)) {
-    nlohmann::json event = nlohmann::json::parse(line.begin() + kEventPrefix.size(), line.end(),
-                                                 /*cb=*/nullptr, /*allow_exceptions=*/false);
-    if (event.is_object()) {
-      line.clear();
-      handler.OnEvent(child, std::move(event));
-      return;
+    // Bounded: a child's output is untrusted, and a value nested thousands deep would
+    // overflow the stack of whoever copies or prints it later. Such a line is log.
+    std::string_view body = std::string_view(line).substr(kEventPrefix.size());
+    if (JsonTextNestsDeeperThan(body, kMaxJsonDepth)) {
+      line += " [cohort: not an event: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+              " levels]";
+    } else {
+      nlohmann::json event = nlohmann::json::parse(body.begin(), body.end(), /*cb=*/nullptr,
+                                                   /*allow_exceptions=*/false);
+      if (event.is_object()) {
+        line.clear();
+        handler.OnEvent(child, std::move(event));
+        return;
+      }
     }
   }
   // Moved out first: the handler may cause more output to be appended (it cannot today, but

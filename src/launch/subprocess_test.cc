@@ -196,6 +196,32 @@ TEST_F(SubprocessTest, EventsAndLogsSeparatedExitAfterAllOutput) {
   EXPECT_EQ(ReadFile(err_path), "to-stderr\nagain\n");
 }
 
+TEST_F(SubprocessTest, EventsNestedTooDeepAreLogNotEvents) {
+  // A member printing a `done` whose metrics nest 300,000 deep once killed the controller
+  // (stack overflow copying the value). Such a line is refused as garbage and logged.
+  std::string dir = TestDir();
+  std::string deep = "@cohort {\"ev\":\"done\",\"metrics\":";
+  for (int i = 0; i < 300000; i++) deep += "{\"a\":";
+  deep += "1" + std::string(300001, '}') + "\n";
+  std::string path = dir + "/deep.txt";
+  {
+    std::ofstream out(path);
+    out << deep << "@cohort [" << std::string(100000, '[') << "\n";
+  }
+  Subprocess* child = Spawn(Shell("cat " + path + "; echo '@cohort {\"ev\":\"done\"}'"));
+  ASSERT_NE(child, nullptr);
+  pid_t pid = child->pid();
+  PollUntilEmpty();
+  const Record& r = recorder_.records[pid];
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0]["ev"], "done");
+  ASSERT_EQ(r.logs.size(), 2u);
+  for (const auto& log : r.logs) {
+    EXPECT_TRUE(log.ends_with("[cohort: not an event: JSON nested deeper than 64 levels]"))
+        << log.substr(log.size() - 80);
+  }
+}
+
 TEST_F(SubprocessTest, CrashIsSignalled) {
   Subprocess* child = Spawn(Shell("echo before; kill -SEGV $$"));
   ASSERT_NE(child, nullptr);

@@ -905,9 +905,71 @@ const char* OracleKindName(OracleConfig::Kind kind) {
   return kind == OracleConfig::Kind::kCommand ? "command" : "hidden_labels";
 }
 
+namespace {
+
+// toml11 parses arrays, inline tables and dotted keys recursively: a config nested 100,000
+// deep overflows the stack. Nothing a loop.toml holds nests more than a few levels.
+constexpr int kMaxTomlNesting = 64;
+
+// The line on which `text` first nests more than kMaxTomlNesting levels, or 0: arrays and
+// inline tables inside one another plus the dots of the key being read (`a.b.c`, a table
+// header's name). Skips comments and every kind of TOML string; a number's decimal point
+// and a header's brackets add a level or two at most. Linear and iterative.
+int LineNestedTooDeep(std::string_view text) {
+  int line = 1;
+  int depth = 0;
+  int dots = 0;  // in the current key (or value), since the last = , [ ] { } or newline
+  size_t i = 0;
+  auto skip_string = [&](std::string_view quote, bool escapes) {
+    i += quote.size();
+    while (i < text.size()) {
+      if (text.compare(i, quote.size(), quote) == 0) {
+        i += quote.size();
+        return;
+      }
+      if (escapes && text[i] == '\\' && i + 1 < text.size()) i++;  // the escaped character
+      if (text[i] == '\n') line++;
+      i++;
+    }
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') i++;
+    } else if (text.compare(i, 3, "\"\"\"") == 0) {
+      skip_string("\"\"\"", true);
+    } else if (text.compare(i, 3, "'''") == 0) {
+      skip_string("'''", false);
+    } else if (c == '"') {
+      skip_string("\"", true);
+    } else if (c == '\'') {
+      skip_string("'", false);
+    } else {
+      if (c == '[' || c == '{') depth++;
+      if (c == ']' || c == '}') depth--;
+      if (c == '.') dots++;
+      if (c == '=' || c == ',' || c == '\n' || c == '[' || c == ']' || c == '{' || c == '}') {
+        dots = 0;
+      }
+      if (depth + dots > kMaxTomlNesting) return line;
+      if (c == '\n') line++;
+      i++;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 Result<LoopConfig> ParseLoopConfig(const std::string& text, const std::string& path,
                                    const std::string& base_dir) {
   Errors errors{path, Status::OK()};
+  if (int line = LineNestedTooDeep(text); line > 0) {
+    errors.Fail(line, "syntax",
+                "keys, arrays or inline tables nested deeper than " +
+                    std::to_string(kMaxTomlNesting) + " levels");
+    return errors.status;
+  }
   TV root;
   try {
     std::istringstream in(text);

@@ -199,6 +199,29 @@ TEST(LoopConfigTest, SyntaxError) {
   EXPECT_EQ(m.rfind("dir/loop.toml:33: syntax: ", 0), 0u) << m;
 }
 
+TEST(LoopConfigTest, TooDeepNestingIsRefusedWithItsLine) {
+  // An array nested 100,000 deep once crashed the TOML parser (stack overflow).
+  std::string deep = "# a comment with [[[[ brackets\nnote = \"[[[{{{\"\nx = \'\'\'\n[[[\'\'\'\n" +
+                     std::string("y = ") + std::string(100000, '[') + std::string(100000, ']');
+  const std::string full = kFull;
+  std::string m = Error(full + "\n" + deep);
+  const int line = static_cast<int>(std::count(full.begin(), full.end(), '\n')) + 6;
+  EXPECT_EQ(m, "dir/loop.toml:" + std::to_string(line) +
+                   ": syntax: keys, arrays or inline tables nested deeper than 64 levels")
+      << m;
+  EXPECT_NE(Error(full + "\nz = {a = " + std::string(100000, '{')).find("nested deeper"),
+            std::string::npos);
+  for (const char* sep : {".", " . "}) {
+    std::string key;
+    for (int i = 0; i < 100000; i++) key += (i > 0 ? sep : "") + std::string("a");
+    EXPECT_NE(Error(full + "\n" + key + " = 1").find("nested deeper"), std::string::npos);
+    EXPECT_NE(Error(full + "\n[" + key + "]\nb = 1").find("nested deeper"), std::string::npos);
+  }
+  // 60 levels are parsed (and refused for what they are, not for their depth).
+  m = Error(full + "\nmystery = " + std::string(60, '[') + std::string(60, ']'));
+  EXPECT_EQ(m.find("nested deeper"), std::string::npos) << m;
+}
+
 TEST(LoopConfigTest, UnknownKeySuggestsClosest) {
   EXPECT_EQ(Error(Replace(kFull, "strategy = \"entropy\"", "stratgy = \"entropy\"")),
             "dir/loop.toml:32: acquisition.stratgy: unknown field (did you mean strategy?)");

@@ -1,8 +1,8 @@
 #include "model/checkpoint.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 
@@ -19,13 +19,57 @@ std::string FirstLine(const std::string& text) {
   return line;
 }
 
+namespace {
+
+// A write error as a Status; a full disk (or quota) reads "no space left on device writing
+// checkpoint PATH", the one line the loop journals for the attempt.
+Status WriteError(const std::string& path, int err) {
+  if (err == ENOSPC || err == EDQUOT) {
+    return Status::IOError("no space left on device writing checkpoint " + path);
+  }
+  return Status::FromErrno("write checkpoint " + path, err);
+}
+
+// libtorch's archive writer, fed through a function: it must never see a short write. On a
+// failed write (a full disk) its zip writer throws c10::Error ("unexpected pos"), and throws
+// again from its destructor while the first exception unwinds: std::terminate, exit 134.
+// So every call reports success, and the first error is kept for SaveCheckpoint to return.
+class FdSink {
+ public:
+  explicit FdSink(int fd) : fd_(fd) {}
+  size_t operator()(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    size_t done = 0;
+    while (error_ == 0 && done < n) {
+      ssize_t w = ::write(fd_, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        error_ = w < 0 ? errno : EIO;
+        break;
+      }
+      done += static_cast<size_t>(w);
+    }
+    return n;
+  }
+  int error() const { return error_; }
+
+ private:
+  int fd_;
+  int error_ = 0;
+};
+
+}  // namespace
+
 Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
                       torch::optim::Optimizer* optimizer) {
+  // A writer killed mid-write (SIGKILL) left its temp file: gone now.
+  RemoveStaleTempFiles(path);
   // A unique temp name: a retried member may write the same path while a stuck attempt
   // still runs, and the two must not interleave.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  const std::string tmp = UniqueTempName(path);
+  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return WriteError(path, errno);
+  FdSink sink(fd.get());
   Status st = GuardTorch("write checkpoint " + path, [&]() -> Status {
     torch::serialize::OutputArchive archive;
     archive.write("meta", c10::IValue(meta.ToJson().dump()));
@@ -37,14 +81,16 @@ Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& 
       optimizer->save(optimizer_archive);
       archive.write("optimizer", optimizer_archive);
     }
-    archive.save_to(tmp);
+    archive.save_to([&sink](const void* data, size_t n) { return sink(data, n); });
     return Status::OK();
   });
+  if (st.ok() && sink.error() != 0) st = WriteError(path, sink.error());
+  if (st.ok() && ::fsync(fd.get()) != 0) st = WriteError(path, errno);
+  if (st.ok() && ::close(fd.release()) != 0) st = WriteError(path, errno);
   if (!st.ok()) {
     std::remove(tmp.c_str());
     return st;
   }
-  // libtorch writes to a path, not to a descriptor we hold: the temp file is synced by name.
   return PublishFile(tmp, path);
 }
 

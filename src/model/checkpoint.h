@@ -18,6 +18,10 @@
 
 namespace cohort::model {
 
+// Writes PATH.tmp.HOST.PID.N (UniqueTempName), fsyncs it and renames it over `path`. Any
+// failure removes the temp file and returns one line; a full disk reads "no space left on
+// device writing checkpoint PATH". Temp files of `path` whose writer on this host is dead
+// are removed first (RemoveStaleTempFiles, common/file_util.h).
 Status SaveCheckpoint(const std::string& path, const MemberMeta& meta, Network& net,
                       torch::optim::Optimizer* optimizer);
 

@@ -1,4 +1,5 @@
 // Evaluate(), Predict() and DescribeCheckpoint(): a trained member applied to a table.
+#include <algorithm>
 #include <cmath>
 
 #include "model/batch_pipeline.h"
@@ -42,14 +43,52 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   });
 }
 
-std::map<std::string, double> ClassificationMetrics(const torch::Tensor& log_probs,
-                                                    const torch::Tensor& labels) {
+// "sample id 7: -1, sample id 9: 12 (2 samples)": the table's rows where `mask` (bool, (n,))
+// is set, the first five with their `values` (or without, when undefined), and the count.
+std::string DescribeRows(const store::Table& table, const torch::Tensor& mask,
+                         const torch::Tensor& values) {
+  torch::Tensor rows = mask.nonzero().view({-1}).to(torch::kLong).contiguous();
+  const int64_t count = rows.size(0);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  std::string s;
+  for (int64_t i = 0; i < count && i < 5; i++) {
+    s += (i > 0 ? ", " : "") + std::string("sample id ") +
+         std::to_string(table.id(static_cast<uint64_t>(r[i])));
+    if (values.defined()) s += ": " + std::to_string(values[r[i]].item<int64_t>());
+  }
+  return s + " (" + std::to_string(count) + (count == 1 ? " sample)" : " samples)");
+}
+
+// Class labels the member cannot score (negative, or beyond its classes) are named by sample
+// id, instead of reaching a gather as an index.
+Status CheckLabelsFitMember(const store::Table& table, const torch::Tensor& labels,
+                            const MemberMeta& meta) {
+  torch::Tensor bad = labels.lt(0).logical_or(labels.ge(meta.classes));
+  if (!bad.any().item<bool>()) return Status::OK();
+  return Status::InvalidArgument("table " + table.name() + ": class labels must be in [0, " +
+                                 std::to_string(meta.classes) + ") for member " + meta.member +
+                                 "; " + DescribeRows(table, bad, labels));
+}
+
+Result<std::map<std::string, double>> ClassificationMetrics(const store::Table& table,
+                                                            const MemberMeta& meta,
+                                                            const torch::Tensor& log_probs,
+                                                            const torch::Tensor& labels) {
   const int64_t n = log_probs.size(0);
   std::map<std::string, double> m;
   m["count"] = static_cast<double>(n);
   if (n == 0) return m;
   torch::Tensor logp = log_probs.to(torch::kDouble);
   torch::Tensor p = logp.exp();
+  // NaN never becomes an index (an ECE bin below): outputs that are not probabilities come
+  // from NaN or infinite features, or a member whose weights diverged.
+  torch::Tensor not_finite = p.isfinite().logical_not().any(1);
+  if (not_finite.any().item<bool>()) {
+    return Status::InvalidArgument("member " + meta.member + " outputs NaN or infinity on table " +
+                                   table.name() + " for " +
+                                   DescribeRows(table, not_finite, torch::Tensor()) +
+                                   " (NaN or infinite features, or diverged weights)");
+  }
   torch::Tensor confidence;
   torch::Tensor predicted;
   std::tie(confidence, predicted) = p.max(1);
@@ -70,7 +109,8 @@ std::map<std::string, double> ClassificationMetrics(const torch::Tensor& log_pro
   double bin_acc[kBins] = {};
   int64_t bin_n[kBins] = {};
   for (int64_t i = 0; i < n; i++) {
-    int b = std::min(kBins - 1, static_cast<int>(c[i] * kBins));
+    // Finite probabilities (checked above): c[i] is in [0, 1], clamped anyway.
+    int b = std::clamp(static_cast<int>(std::clamp(c[i], 0.0, 1.0) * kBins), 0, kBins - 1);
     bin_conf[b] += c[i];
     bin_acc[b] += ok[i];
     bin_n[b]++;
@@ -102,16 +142,12 @@ Result<std::map<std::string, double>> Evaluate(const std::string& checkpoint,
                                                const std::string& table,
                                                const DeviceConfig& device) {
   COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, true));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* t, snapshot.table(table));
   return GuardTorch("evaluate " + checkpoint, [&]() -> Result<std::map<std::string, double>> {
     const MemberMeta& meta = a.member.meta;
     if (meta.classification()) {
-      if (a.labels.numel() > 0 && a.labels.max().item<int64_t>() >= meta.classes) {
-        return Status::InvalidArgument("table " + table + " has class label " +
-                                       std::to_string(a.labels.max().item<int64_t>()) +
-                                       ", but member " + meta.member + " knows " +
-                                       std::to_string(meta.classes) + " classes");
-      }
-      return ClassificationMetrics(a.outputs, a.labels);
+      COHORT_RETURN_IF_ERROR(CheckLabelsFitMember(*t, a.labels, meta));
+      return ClassificationMetrics(*t, meta, a.outputs, a.labels);
     }
     auto [mean, variance] = RegressionMoments(a.outputs, meta);
     return RegressionMetrics(mean, variance, a.labels);

@@ -3,6 +3,8 @@
 #include "model/member.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -292,6 +294,112 @@ TEST(MemberTest, ErrorsNameTheMemberAndWhatIsWrong) {
   ASSERT_FALSE(garbage.ok());
   EXPECT_NE(garbage.status().message().find("garbage.ckpt"), std::string::npos);
   EXPECT_EQ(garbage.status().message().find('\n'), std::string::npos);
+}
+
+// Tables train (2 classes), nan (a NaN feature in row 3) and labels (labels -1 and 5 in rows 2
+// and 4), written past the importer's checks, as an older cohort let them in.
+std::string BadDataStore(const std::string& dir) {
+  std::string d = dir + "/store";
+  EXPECT_TRUE(store::InitStore(d).ok());
+  auto txn = store::Transaction::Begin(d);
+  EXPECT_TRUE(txn.ok());
+  store::TableSchema s;
+  s.feature_dtype = store::Dtype::kFloat32;
+  s.feature_shape = {4};
+  for (const char* table : {"train", "nan", "labels"}) {
+    const uint64_t n = std::string(table) == "train" ? 200 : 10;
+    store::HostArray x(store::Dtype::kFloat32, {n, 4});
+    store::HostArray y(store::Dtype::kInt64, {n});
+    for (uint64_t i = 0; i < n; i++) {
+      for (int k = 0; k < 4; k++) x.as<float>()[4 * i + k] = static_cast<float>((i * 7 + k) % 5);
+      y.as<int64_t>()[i] = x.as<float>()[4 * i] > 2 ? 1 : 0;
+    }
+    if (std::string(table) == "nan") x.as<float>()[4 * 3 + 1] = std::nanf("");
+    if (std::string(table) == "labels") {
+      y.as<int64_t>()[2] = -1;
+      y.as<int64_t>()[4] = 5;
+    }
+    EXPECT_TRUE((*txn)->CreateTable(table, s).ok());
+    EXPECT_TRUE((*txn)->Append(table, x, &y).ok());
+  }
+  EXPECT_TRUE((*txn)->Commit("bad data").ok());
+  return d;
+}
+
+TEST(MemberTest, EvaluateNamesNaNOutputsAndBadLabelsBySampleId) {
+  // Issue 14: a NaN feature made `cohort eval` index an ECE bin with NaN (SIGSEGV), and a
+  // label -1 gave torch's "index -1 is out of bounds".
+  std::string dir = Scratch("bad-data");
+  std::string d = BadDataStore(dir);
+  auto snap = store::Snapshot::Open(d);
+  ASSERT_TRUE(snap.ok());
+  TrainConfig c;
+  c.member = "m1";
+  c.model = "dense 8 relu, dense 2";
+  c.epochs = 1;
+  ASSERT_TRUE(Train(**snap, "train", c, dir + "/m.ckpt").ok());
+  ASSERT_TRUE(Evaluate(dir + "/m.ckpt", **snap, "train").ok());
+  const uint64_t nan_id = (*(*snap)->table("nan"))->id(3);
+  auto nan = Evaluate(dir + "/m.ckpt", **snap, "nan");
+  ASSERT_FALSE(nan.ok());
+  EXPECT_EQ(nan.status().message(),
+            "member m1 outputs NaN or infinity on table nan for sample id " +
+                std::to_string(nan_id) +
+                " (1 sample) (NaN or infinite features, or diverged weights)");
+  const store::Table* labels = *(*snap)->table("labels");
+  auto bad = Evaluate(dir + "/m.ckpt", **snap, "labels");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "table labels: class labels must be in [0, 2) for member m1; "
+            "sample id " +
+                std::to_string(labels->id(2)) + ": -1, sample id " + std::to_string(labels->id(4)) +
+                ": 5 (2 samples)");
+}
+
+TEST(MemberTest, FullDiskWritingACheckpointIsAnErrorNotAnAbort) {
+  // Issue 14: a full disk made libtorch throw from a destructor (std::terminate, exit 134)
+  // and left checkpoint.pt.tmp.* behind. A 64 KiB tmpfs holds no 800 KB checkpoint.
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  std::string dir = Scratch("full-disk");
+  std::string mnt = dir + "/mnt";
+  std::filesystem::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
+  }
+  auto snap = Open(FashionStore());
+  auto r = Train(*snap, "train", MlpConfig(1, 0), mnt + "/checkpoint.pt");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(mnt)) left.push_back(e.path().string());
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "no space left on device writing checkpoint " + mnt + "/checkpoint.pt");
+  EXPECT_TRUE(left.empty()) << left.front();
+}
+
+TEST(MemberTest, StaleCheckpointTempsOfDeadWritersAreRemoved) {
+  std::string dir = Scratch("stale-temps");
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string ckpt = dir + "/checkpoint.pt";
+  const std::string stale = ckpt + ".tmp." + host + "." + std::to_string(dead) + ".0";
+  const std::string old_style = ckpt + ".tmp." + std::to_string(dead) + ".3";
+  const std::string live = ckpt + ".tmp." + host + "." + std::to_string(::getpid()) + ".7";
+  const std::string other_host = ckpt + ".tmp.elsewhere.example." + std::to_string(dead) + ".0";
+  const std::string other_file = dir + "/other.pt.tmp." + host + "." + std::to_string(dead) + ".0";
+  for (const auto& f : {stale, old_style, live, other_host, other_file}) std::ofstream(f) << "x";
+  auto snap = Open(FashionStore());
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(1, 0), ckpt).ok());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_FALSE(std::filesystem::exists(old_style));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(other_host));
+  EXPECT_TRUE(std::filesystem::exists(other_file));
+  EXPECT_TRUE(std::filesystem::exists(ckpt));
 }
 
 TEST(MemberTest, CancelStopsTraining) {

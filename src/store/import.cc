@@ -332,14 +332,15 @@ ParseError ParseFloat32(std::string_view text, float* out) {
     if (std::isinf(f)) return ParseError::kOutOfRange;
     v = f;
   }
+  *out = v;  // also when not finite: the caller may accept that
   if (!std::isfinite(v)) return ParseError::kNotFinite;
-  *out = v;
   return ParseError::kOk;
 }
 
 struct LabelValue {
   double value = 0;
-  bool integral = false;
+  bool whole = false;     // a whole number (1e23 is one)
+  bool integral = false;  // a whole number that fits in int64
   int64_t integer = 0;
 };
 
@@ -350,7 +351,7 @@ ParseError ParseLabel(std::string_view text, LabelValue* out) {
   int64_t i = 0;
   auto ri = std::from_chars(s.data(), end, i);
   if (ri.ec == std::errc() && ri.ptr == end) {
-    *out = {static_cast<double>(i), true, i};
+    *out = {static_cast<double>(i), true, true, i};
     return ParseError::kOk;
   }
   double d = 0;
@@ -363,7 +364,8 @@ ParseError ParseLabel(std::string_view text, LabelValue* out) {
   if (!std::isfinite(d)) return ParseError::kNotFinite;
   constexpr double kLimit = 9223372036854775808.0;
   out->value = d;
-  out->integral = d == std::trunc(d) && d >= -kLimit && d < kLimit;
+  out->whole = d == std::trunc(d);
+  out->integral = out->whole && d >= -kLimit && d < kLimit;
   out->integer = out->integral ? static_cast<int64_t>(d) : 0;
   return ParseError::kOk;
 }
@@ -441,6 +443,7 @@ class CsvLines {
 
   // "data.csv:12", naming the line Next() returned last.
   std::string Where() const { return path_ + ":" + std::to_string(line_no_); }
+  uint64_t line() const { return line_no_; }
 
  private:
   const std::string& path_;
@@ -504,6 +507,7 @@ Result<CsvColumns> ReadCsvHeader(CsvLines* lines, const std::string& path,
 struct CsvValues {
   std::vector<float> features;  // row after row, CsvColumns::features() per row
   std::vector<LabelValue> labels;
+  std::vector<uint64_t> lines;  // each row's line in the file, for messages
 };
 
 // One label value: any finite number, integral for classes; a non-integral one must fit in
@@ -512,11 +516,11 @@ Status ParseCsvLabel(std::string_view text, const std::string& column, CsvOption
                      const CsvLines& lines, LabelValue* out) {
   ParseError err = ParseLabel(text, out);
   if (err != ParseError::kOk) return ValueError(lines.Where(), column, text, err);
-  if (type == CsvOptions::LabelType::kClass && !out->integral) {
+  if (type == CsvOptions::LabelType::kClass && !out->whole) {
     return Status::InvalidArgument(lines.Where() + ": column '" + column + "': '" + Excerpt(text) +
                                    "' is not an integer; class labels must be integral");
   }
-  if (type != CsvOptions::LabelType::kClass && !out->integral &&
+  if (type != CsvOptions::LabelType::kClass && !out->whole &&
       std::isinf(static_cast<float>(out->value))) {
     return ValueError(lines.Where(), column, text, ParseError::kOutOfRange);
   }
@@ -525,7 +529,8 @@ Status ParseCsvLabel(std::string_view text, const std::string& column, CsvOption
 
 // Adds one data row, already split into `fields`, to `values`.
 Status AddCsvRow(const std::vector<std::string>& fields, const CsvColumns& columns,
-                 CsvOptions::LabelType type, const CsvLines& lines, CsvValues* values) {
+                 const CsvOptions& options, const CsvLines& lines, CsvValues* values) {
+  const CsvOptions::LabelType type = options.label_type;
   const size_t ncols = columns.names.size();
   if (fields.size() != ncols) {
     return Status::InvalidArgument(lines.Where() + ": expected " + std::to_string(ncols) +
@@ -539,11 +544,13 @@ Status AddCsvRow(const std::vector<std::string>& fields, const CsvColumns& colum
     } else {
       float f = 0;
       ParseError err = ParseFloat32(fields[c], &f);
+      if (err == ParseError::kNotFinite && options.allow_non_finite) err = ParseError::kOk;
       if (err != ParseError::kOk)
         return ValueError(lines.Where(), columns.names[c], fields[c], err);
       values->features.push_back(f);
     }
   }
+  values->lines.push_back(lines.line());
   return Status::OK();
 }
 
@@ -554,15 +561,43 @@ HostArray CsvFeatureArray(const CsvValues& values, const CsvColumns& columns) {
   return x;
 }
 
-// Int64 classes of shape (n,), or float32 targets of shape (n, 1); kAuto picks classes when
-// every value is integral.
-HostArray CsvLabelArray(const std::vector<LabelValue>& labels, CsvOptions::LabelType type) {
-  const uint64_t n = labels.size();
-  bool classes = type == CsvOptions::LabelType::kClass;
-  if (type == CsvOptions::LabelType::kAuto) {
-    classes =
-        std::all_of(labels.begin(), labels.end(), [](const LabelValue& v) { return v.integral; });
+// The valid range of class labels, "[0, 10)", for messages.
+std::string ClassRange(int64_t classes) {
+  if (classes > 0) return "[0, " + std::to_string(classes) + ")";
+  return "[0, 100000)";
+}
+
+// Every label a valid class, or an error naming the lines at fault (at most 5) and the count.
+Status CheckCsvClasses(const CsvValues& values, const std::string& path, const std::string& column,
+                       int64_t classes) {
+  const int64_t limit = classes > 0 ? classes : kMaxClasses;
+  std::string shown;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < values.labels.size(); i++) {
+    const LabelValue& v = values.labels[i];
+    if (v.integral && v.integer >= 0 && v.integer < limit) continue;
+    if (++bad <= 5) {
+      shown += (bad > 1 ? ", " : "") + std::string("line ") + std::to_string(values.lines[i]) +
+               ": " + (v.integral ? std::to_string(v.integer) : FormatNumber(v.value));
+    }
   }
+  if (bad == 0) return Status::OK();
+  return Status::InvalidArgument(path + ": column '" + column + "': class labels must be in " +
+                                 ClassRange(classes) + "; " + shown +
+                                 (bad > 5 ? ", ... (" + std::to_string(bad) + " rows)" : ""));
+}
+
+// Whether the labels become classes: kAuto picks classes when every value is a whole
+// number (so one label of 1e23 among classes is refused as a class, not read as a target).
+bool CsvLabelsAreClasses(const std::vector<LabelValue>& labels, CsvOptions::LabelType type) {
+  if (type != CsvOptions::LabelType::kAuto) return type == CsvOptions::LabelType::kClass;
+  return std::all_of(labels.begin(), labels.end(), [](const LabelValue& v) { return v.whole; });
+}
+
+// Int64 classes of shape (n,) (checked by CheckCsvClasses first), or float32 targets of
+// shape (n, 1).
+HostArray CsvLabelArray(const std::vector<LabelValue>& labels, bool classes) {
+  const uint64_t n = labels.size();
   if (classes) {
     HostArray y(Dtype::kInt64, {n});
     for (uint64_t i = 0; i < n; i++) StoreAt<int64_t>(&y, i, labels[i].integer);
@@ -649,10 +684,11 @@ Result<HostArray> ReadIdxFile(const std::string& path) {
 }
 
 Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images,
-                                                       const std::string& labels) {
+                                                       const std::string& labels, int64_t classes) {
   COHORT_ASSIGN_OR_RETURN(HostArray x, ReadIdxFile(images));
   COHORT_ASSIGN_OR_RETURN(HostArray y, ReadIdxFile(labels));
   COHORT_ASSIGN_OR_RETURN(y, ToClassLabels(std::move(y), labels));
+  COHORT_RETURN_IF_ERROR(CheckClassLabels(y, classes, labels));
   if (x.rows() != y.rows()) {
     return Status::InvalidArgument(images + " has " + std::to_string(x.rows()) + " samples but " +
                                    labels + " has " + std::to_string(y.rows()) + " labels");
@@ -670,6 +706,54 @@ Status WriteNpyFile(const std::string& path, const HostArray& array) {
   }
   return WriteFileAtomically(
       path, {std::as_bytes(std::span<const char>(header.data(), header.size())), array.data});
+}
+
+Status CheckClassLabels(const HostArray& labels, int64_t classes, const std::string& what) {
+  if (labels.dtype != Dtype::kInt64 || labels.shape.size() != 1) {
+    return Status::InvalidArgument(what + ": class labels must be int64 of shape (n,), not " +
+                                   std::string(DtypeName(labels.dtype)) +
+                                   ShapeToString(labels.shape));
+  }
+  const int64_t limit = classes > 0 ? classes : kMaxClasses;
+  std::string shown;
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < labels.rows(); i++) {
+    const int64_t v = LoadAt<int64_t>(labels, i);
+    if (v >= 0 && v < limit) continue;
+    if (++bad <= 5) {
+      shown += (bad > 1 ? ", " : "") + std::string("row ") + std::to_string(i) + ": " +
+               std::to_string(v);
+    }
+  }
+  if (bad == 0) return Status::OK();
+  return Status::InvalidArgument(what + ": class labels must be in " + ClassRange(classes) + "; " +
+                                 shown +
+                                 (bad > 5 ? ", ... (" + std::to_string(bad) + " rows)" : ""));
+}
+
+Status CheckFinite(const HostArray& values, const std::string& what, const char* role) {
+  if (values.dtype != Dtype::kFloat32 || values.shape.empty()) return Status::OK();
+  const uint64_t rows = values.rows();
+  const uint64_t per_row = rows == 0 ? 0 : values.num_elements() / rows;
+  std::string shown;
+  uint64_t bad = 0;
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t k = 0; k < per_row; k++) {
+      const float v = LoadAt<float>(values, r * per_row + k);
+      if (std::isfinite(v)) continue;
+      if (++bad <= 5) {
+        shown += (bad > 1 ? ", " : "") + std::string("row ") + std::to_string(r) + " (" +
+                 (std::isnan(v) ? "nan"
+                  : v > 0       ? "inf"
+                                : "-inf") +
+                 ")";
+      }
+      break;
+    }
+  }
+  if (bad == 0) return Status::OK();
+  return Status::InvalidArgument(what + ": " + role + " must be finite numbers; " + shown +
+                                 (bad > 5 ? ", ... (" + std::to_string(bad) + " rows)" : ""));
 }
 
 Result<HostArray> ToStoreFeatures(HostArray a, const std::string& what) {
@@ -746,13 +830,17 @@ Result<std::pair<HostArray, HostArray>> ReadCsvDataset(const std::string& path,
     if (!SplitFields(line, options.delimiter, &fields)) {
       return Status::InvalidArgument(lines.Where() + ": unterminated or malformed quoted field");
     }
-    COHORT_RETURN_IF_ERROR(AddCsvRow(fields, columns, options.label_type, lines, &values));
+    COHORT_RETURN_IF_ERROR(AddCsvRow(fields, columns, options, lines, &values));
   }
   if (values.labels.empty()) {
     return Status::InvalidArgument(path + ": no data rows after the header");
   }
-  return std::make_pair(CsvFeatureArray(values, columns),
-                        CsvLabelArray(values.labels, options.label_type));
+  const bool classes = CsvLabelsAreClasses(values.labels, options.label_type);
+  if (classes) {
+    COHORT_RETURN_IF_ERROR(
+        CheckCsvClasses(values, path, columns.names[columns.label], options.classes));
+  }
+  return std::make_pair(CsvFeatureArray(values, columns), CsvLabelArray(values.labels, classes));
 }
 
 }  // namespace cohort::store

@@ -33,9 +33,11 @@ namespace cohort::store {
 Result<HostArray> ReadIdxFile(const std::string& path);
 
 // Reads an IDX image file and its IDX label file: features as stored (e.g. uint8
-// (n, 28, 28)) and labels as int64 classes of shape (n,). The sample counts must match.
+// (n, 28, 28)) and labels as int64 classes of shape (n,). The sample counts must match,
+// and the labels be valid classes (CheckClassLabels with `classes`).
 Result<std::pair<HostArray, HostArray>> ReadIdxDataset(const std::string& images,
-                                                       const std::string& labels);
+                                                       const std::string& labels,
+                                                       int64_t classes = 0);
 
 // Writes `array` as a version 1.0 .npy file: to path + ".tmp" first, fsync'd, then renamed
 // over `path` and the directory fsync'd, so `path` holds either its old content or the
@@ -60,6 +62,23 @@ Result<HostArray> ToClassLabels(HostArray a, const std::string& what);
 // never a scalar. A scalar array is an error.
 Result<HostArray> ToVectorLabels(HostArray a, const std::string& what);
 
+// Class labels are integers in [0, classes): a member's output has one unit per class.
+// Without a class count a label must still be below kMaxClasses (100,000, the largest class
+// count the loop infers from labels): a larger one is an id or a hash by mistake far more
+// often than a class; importers of more classes say so (`--classes N`).
+inline constexpr int64_t kMaxClasses = 100000;
+
+// Checks int64 class labels of shape (n,): each in [0, classes), or [0, kMaxClasses) when
+// `classes` is 0. InvalidArgument naming `what`, the first rows at fault (at most 5, with
+// their values) and how many there are
+// (rows are 0-based, as numpy counts them).
+Status CheckClassLabels(const HostArray& labels, int64_t classes, const std::string& what);
+
+// Checks that float32 values (features, or vector labels) hold no NaN and no infinity.
+// InvalidArgument naming `what`, `role` ("features", "labels"), the first rows at fault and
+// how many rows there are. Other dtypes are always finite.
+Status CheckFinite(const HostArray& values, const std::string& what, const char* role);
+
 struct CsvOptions {
   // Name of the label column (as written in the header row, after trimming and unquoting).
   std::string label_column;
@@ -70,15 +89,21 @@ struct CsvOptions {
   };
   LabelType label_type = LabelType::kAuto;
   char delimiter = ',';
+  // Class labels must be in [0, classes); 0: in [0, kMaxClasses).
+  int64_t classes = 0;
+  // Accept "nan" and "inf" feature values (and vector labels) instead of refusing them.
+  bool allow_non_finite = false;
 };
 
 // Reads a CSV table whose first line names the columns. Names are trimmed of whitespace and
 // may be double-quoted. The label column is found by name; every other column is a feature,
 // giving float32 features of shape (n, columns - 1) in file order, and labels per
-// `options.label_type`. Each data row must have as many fields as the header. Values are
-// decimal numbers (optionally double-quoted, surrounded by whitespace); empty values, NaN
-// and infinities are rejected. CRLF line ends, a UTF-8 byte-order mark and blank lines are
-// accepted. A file without data rows is an error.
+// `options.label_type`: kAuto makes classes when every label is a whole number (then each
+// must be a valid class: 1e23 is refused, never turned into a regression target). Each data
+// row must have as many fields as the header. Values are decimal numbers (optionally
+// double-quoted, surrounded by whitespace); empty values are rejected, and NaN and
+// infinities unless `allow_non_finite`. Errors name the file and line. CRLF line ends, a
+// UTF-8 byte-order mark and blank lines are accepted. A file without data rows is an error.
 Result<std::pair<HostArray, HostArray>> ReadCsvDataset(const std::string& path,
                                                        const CsvOptions& options);
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -482,7 +483,7 @@ TEST_F(ImportTest, CsvLabelInMiddleColumnWithCrlfAndQuotes) {
                                "\xEF\xBB\xBF a , \"the label\",\"c,d\"\r\n"
                                "1.5, 3 ,-2\r\n"
                                "\r\n"
-                               "+4,\"-1\",1e3\r\n"
+                               "+4,\"0\",1e3\r\n"
                                "0,7,.25\r\n"
                                "\r\n");
   auto ds = ReadCsvDataset(path, Label("the label"));
@@ -493,7 +494,7 @@ TEST_F(ImportTest, CsvLabelInMiddleColumnWithCrlfAndQuotes) {
   EXPECT_EQ(Values<float>(x), (std::vector<float>{1.5F, -2.0F, 4.0F, 1000.0F, 0.0F, 0.25F}));
   EXPECT_EQ(y.dtype, Dtype::kInt64);
   EXPECT_EQ(y.shape, (std::vector<uint64_t>{3}));
-  EXPECT_EQ(Values<int64_t>(y), (std::vector<int64_t>{3, -1, 7}));
+  EXPECT_EQ(Values<int64_t>(y), (std::vector<int64_t>{3, 0, 7}));
 
   // The feature column named with a comma is found too.
   ds = ReadCsvDataset(path, Label("c,d"));
@@ -527,6 +528,87 @@ TEST_F(ImportTest, CsvLabelTypes) {
   ds = ReadCsvDataset(path, Label("y", CsvOptions::LabelType::kClass));
   EXPECT_TRUE(ds.status().IsInvalidArgument());
   EXPECT_TRUE(ErrorHas(ds.status(), path + ":2: column 'y': '0.5' is not an integer"));
+}
+
+TEST_F(ImportTest, CsvClassLabelsOutOfRangeNameTheirLines) {
+  // Issue 14: -1, 2^40 and 1e23 were imported; 1e23 even turned the labels into regression.
+  std::string path = WriteFile("c.csv", "x,y\n1,2\n2,-1\n\n3,1099511627776\n4,1e23\n5,0\n");
+  auto ds = ReadCsvDataset(path, Label("y"));
+  EXPECT_TRUE(ds.status().IsInvalidArgument());
+  EXPECT_EQ(ds.status().message(), path +
+                                       ": column 'y': class labels must be in [0, 100000); line 3: "
+                                       "-1, line 5: 1099511627776, line 6: 1e+23");
+  EXPECT_TRUE(ErrorHas(ReadCsvDataset(path, Label("y", CsvOptions::LabelType::kClass)).status(),
+                       "line 6: 1e+23"));
+  // A class count narrows the range.
+  path = WriteFile("k.csv", "x,y\n1,2\n2,9\n3,10\n");
+  CsvOptions o = Label("y");
+  o.classes = 10;
+  EXPECT_EQ(ReadCsvDataset(path, o).status().message(),
+            path + ": column 'y': class labels must be in [0, 10); line 4: 10");
+  o.classes = 11;
+  EXPECT_TRUE(ReadCsvDataset(path, o).ok());
+  // More than five bad rows: the first five and the count.
+  std::string text = "x,y\n";
+  for (int i = 0; i < 8; i++) text += "1,-" + std::to_string(i + 1) + "\n";
+  ds = ReadCsvDataset(WriteFile("many.csv", text), Label("y"));
+  EXPECT_TRUE(ErrorHas(ds.status(), "line 6: -5, ... (8 rows)"));
+  // Regression targets stay regression targets.
+  ds = ReadCsvDataset(WriteFile("r.csv", "x,y\n1,0.5\n2,1e23\n"), Label("y"));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->second.dtype, Dtype::kFloat32);
+}
+
+TEST_F(ImportTest, CsvNonFiniteFeaturesOnlyWhenAllowed) {
+  std::string path = WriteFile("n.csv", "a,label\n1,0\nnan,1\n-inf,1\n");
+  EXPECT_TRUE(ErrorHas(ReadCsvDataset(path, Label("label")).status(),
+                       path + ":3: column 'a': 'nan' is not a finite number"));
+  CsvOptions o = Label("label");
+  o.allow_non_finite = true;
+  auto ds = ReadCsvDataset(path, o);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  auto x = Values<float>(ds->first);
+  EXPECT_TRUE(std::isnan(x[1]));
+  EXPECT_TRUE(std::isinf(x[2]) && x[2] < 0);
+}
+
+TEST_F(ImportTest, ClassLabelsOutOfRangeNameTheirRows) {
+  HostArray y(Dtype::kInt64, {4});
+  int64_t* v = y.as<int64_t>();
+  v[0] = 0;
+  v[1] = -1;
+  v[2] = int64_t{1} << 40;
+  v[3] = 9;
+  EXPECT_EQ(CheckClassLabels(y, 0, "y.npy").message(),
+            "y.npy: class labels must be in [0, 100000); row 1: -1, row 2: 1099511627776");
+  v[1] = 1;
+  v[2] = 2;
+  EXPECT_TRUE(CheckClassLabels(y, 0, "y.npy").ok());
+  EXPECT_TRUE(CheckClassLabels(y, 10, "y.npy").ok());
+  EXPECT_EQ(CheckClassLabels(y, 9, "y.npy").message(),
+            "y.npy: class labels must be in [0, 9); row 3: 9");
+}
+
+TEST_F(ImportTest, NonFiniteValuesNameTheirRows) {
+  HostArray x(Dtype::kFloat32, {3, 2});
+  float* f = x.as<float>();
+  for (int i = 0; i < 6; i++) f[i] = static_cast<float>(i);
+  EXPECT_TRUE(CheckFinite(x, "x.npy", "features").ok());
+  f[1] = std::nanf("");
+  f[4] = -std::numeric_limits<float>::infinity();
+  f[5] = std::nanf("");
+  EXPECT_EQ(CheckFinite(x, "x.npy", "features").message(),
+            "x.npy: features must be finite numbers; row 0 (nan), row 2 (-inf)");
+  HostArray u(Dtype::kUint8, {2, 2});
+  EXPECT_TRUE(CheckFinite(u, "u.npy", "features").ok());
+}
+
+TEST_F(ImportTest, IdxLabelsOutsideTheClassCount) {
+  std::string images = WriteFile("i.idx", Idx(0x08, {3, 2}, std::string(6, '\x01')));
+  std::string labels = WriteFile("l.idx", Idx(0x08, {3}, std::string("\x00\x09\x0c", 3)));
+  EXPECT_TRUE(ReadIdxDataset(images, labels).ok());
+  auto ds = ReadIdxDataset(images, labels, 10);
+  EXPECT_EQ(ds.status().message(), labels + ": class labels must be in [0, 10); row 2: 12");
 }
 
 TEST_F(ImportTest, CsvMissingLabelColumn) {

@@ -329,4 +329,56 @@ Result<std::vector<uint64_t>> ListManifestGenerations(Env* env, const std::strin
   return gens;
 }
 
+Status VerifyFileEntry(Env* env, const std::string& dir, const FileEntry& f, uint64_t generation,
+                       uint64_t* bytes_read) {
+  const std::string path = JoinPath(dir, f.file);
+  auto mapped = env->MapReadOnly(path);
+  if (!mapped.ok()) {
+    if (mapped.status().IsNotFound()) {
+      return Status::NotFound(path + ": file named by generation " + std::to_string(generation) +
+                              " is missing");
+    }
+    return mapped.status();
+  }
+  const uint64_t size = (*mapped)->size();
+  if (size != f.bytes) {
+    return Status::Corruption(path + ": size " + std::to_string(size) +
+                              " bytes, manifest of generation " + std::to_string(generation) +
+                              " says " + std::to_string(f.bytes));
+  }
+  const uint32_t crc = Crc32(std::span<const std::byte>((*mapped)->data(), size));
+  if (bytes_read != nullptr) *bytes_read += size;
+  if (crc != f.crc32) {
+    return Status::Corruption(path + ": checksum mismatch (manifest of generation " +
+                              std::to_string(generation) + " says " + std::to_string(f.crc32) +
+                              ", file has " + std::to_string(crc) + ")");
+  }
+  return Status::OK();
+}
+
+Status CheckNothingCommittedAfter(const std::string& dir, uint64_t current,
+                                  const std::vector<uint64_t>& generations,
+                                  std::optional<uint64_t>* leftover) {
+  std::vector<uint64_t> newer;
+  for (uint64_t g : generations) {
+    if (g > current) newer.push_back(g);
+  }
+  leftover->reset();
+  if (newer.empty()) return Status::OK();
+  if (newer.size() == 1 && newer[0] == current + 1) {
+    *leftover = newer[0];
+    return Status::OK();
+  }
+  const std::string range =
+      std::to_string(newer.front()) + (newer.size() > 1 ? ".." + std::to_string(newer.back()) : "");
+  return Status::Corruption(
+      JoinPath(dir, "CURRENT") + " names generation " + std::to_string(current) +
+      ", but generations " + range +
+      " were committed after it (CURRENT set back?); refusing to write, which would delete "
+      "them: point CURRENT at generation " +
+      std::to_string(newer.back()) + " again, or delete " + ManifestFileName(newer.front()) +
+      (newer.size() > 1 ? ".." + ManifestFileName(newer.back()) : "") +
+      " to drop them (docs/reliability.md)");
+}
+
 }  // namespace cohort::store

@@ -119,4 +119,20 @@ Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest)
 // Generations that have a manifest file in `dir`, ascending.
 Result<std::vector<uint64_t>> ListManifestGenerations(Env* env, const std::string& dir);
 
+// Checks one file generation `generation` names, reading all of it: present, `f.bytes`
+// long, with CRC-32 `f.crc32`. Corruption (NotFound when missing) naming the file and the
+// generation. Adds the bytes read to *bytes_read if given.
+Status VerifyFileEntry(Env* env, const std::string& dir, const FileEntry& f, uint64_t generation,
+                       uint64_t* bytes_read = nullptr);
+
+// Generations committed after `current` cannot leave more than one manifest newer than
+// CURRENT behind: a commit interrupted between its manifest and CURRENT leaves one, numbered
+// current + 1, and the next writer removes it. Anything more means CURRENT was set back by
+// hand (or by a restore), and a writer must not delete those generations.
+// OK when no manifest is newer than `current`, or only current + 1 (`*leftover` set to it);
+// otherwise Corruption naming CURRENT, the generations and the ways on.
+Status CheckNothingCommittedAfter(const std::string& dir, uint64_t current,
+                                  const std::vector<uint64_t>& generations,
+                                  std::optional<uint64_t>* leftover);
+
 }  // namespace cohort::store

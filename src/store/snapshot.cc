@@ -138,9 +138,16 @@ Result<std::shared_ptr<const Snapshot>> Snapshot::Open(const std::string& dir,
     return Status::NotFound("generation " + std::to_string(gen) + " is not committed in " + dir +
                             " (the current generation is " + std::to_string(current) + ")");
   }
+  COHORT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(env, dir, gen));
+  return OpenManifest(dir, std::move(manifest), env);
+}
+
+Result<std::shared_ptr<const Snapshot>> Snapshot::OpenManifest(const std::string& dir,
+                                                               Manifest manifest, Env* env) {
   std::shared_ptr<Snapshot> snap(new Snapshot());
   snap->dir_ = dir;
-  COHORT_ASSIGN_OR_RETURN(snap->manifest_, ReadManifest(env, dir, gen));
+  snap->manifest_ = std::move(manifest);
+  const uint64_t gen = snap->manifest_.generation;
 
   for (const auto& [name, entry] : snap->manifest_.tables) {
     auto table = std::make_unique<Table>();

@@ -94,6 +94,11 @@ class Snapshot {
   static Result<std::shared_ptr<const Snapshot>> Open(const std::string& dir,
                                                       std::optional<uint64_t> generation = {},
                                                       Env* env = Env::Default());
+  // Opens the generation `manifest` describes, already read, without consulting CURRENT
+  // (verify reads every manifest, also when CURRENT is damaged).
+  static Result<std::shared_ptr<const Snapshot>> OpenManifest(const std::string& dir,
+                                                              Manifest manifest,
+                                                              Env* env = Env::Default());
 
   const std::string& dir() const { return dir_; }
   uint64_t generation() const { return manifest_.generation; }

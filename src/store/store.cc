@@ -98,6 +98,25 @@ Result<uint64_t> CloneStore(const std::string& src, const std::string& dst,
   return m.generation;
 }
 
+Result<std::vector<HistoryEntry>> ReadHistoryEntries(const std::string& dir, Env* env) {
+  COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
+  COHORT_ASSIGN_OR_RETURN(auto gens, ListManifestGenerations(env, dir));
+  std::vector<HistoryEntry> out;
+  for (uint64_t g : gens) {
+    if (g > current) continue;  // an unfinished commit; the next writer removes it
+    HistoryEntry e;
+    e.generation = g;
+    auto m = ReadManifest(env, dir, g);
+    if (m.ok()) {
+      e.manifest = std::move(*m);
+    } else {
+      e.damage = m.status().message();
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 Result<std::vector<Manifest>> ReadHistory(const std::string& dir, Env* env) {
   COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
   COHORT_ASSIGN_OR_RETURN(auto gens, ListManifestGenerations(env, dir));
@@ -110,6 +129,65 @@ Result<std::vector<Manifest>> ReadHistory(const std::string& dir, Env* env) {
   return out;
 }
 
+namespace {
+
+// Verifies generation `g`: its manifest, every file it names (each file once across calls,
+// remembered in `checked`), then its structure (.npy headers, row refs) and, when
+// `check_ids`, that no sample id is live twice. Problems go to `report`.
+void VerifyOneGeneration(Env* env, const std::string& dir, uint64_t g, bool check_ids,
+                         std::map<std::string, bool>* checked, VerifyReport* report) {
+  report->generations++;
+  auto manifest = ReadManifest(env, dir, g);
+  if (!manifest.ok()) {
+    report->problems.push_back(manifest.status().message());
+    return;
+  }
+  // Every file first, each once: presence, size and checksum, so one damaged file does not
+  // hide another.
+  bool files_sound = true;
+  for (const auto& f : manifest->Files()) {
+    if (auto it = checked->find(f.file); it != checked->end()) {
+      files_sound = files_sound && it->second;
+      continue;
+    }
+    Status st = VerifyFileEntry(env, dir, f, g, &report->bytes);
+    if (!st.ok()) report->problems.push_back(st.message());
+    report->files++;
+    (*checked)[f.file] = st.ok();
+    files_sound = files_sound && st.ok();
+  }
+  if (!files_sound) return;
+  // Then the structure: .npy headers against the schema, row refs in range. The manifest
+  // already read is opened as is: a damaged CURRENT is reported once, not per generation.
+  auto snap = Snapshot::OpenManifest(dir, std::move(*manifest), env);
+  if (!snap.ok()) {
+    report->problems.push_back(snap.status().message());
+    return;
+  }
+  if (!check_ids) return;
+  // A sample id is live in at most one table.
+  std::unordered_map<uint64_t, std::string> table_of;
+  for (const auto& name : (*snap)->table_names()) {
+    const Table* t = *(*snap)->table(name);
+    for (uint64_t r = 0; r < t->size(); r++) {
+      auto [it, inserted] = table_of.emplace(t->id(r), name);
+      if (!inserted) {
+        report->problems.push_back(JoinPath(dir, t->entry().rows_file.file) + ": sample id " +
+                                   std::to_string(t->id(r)) + " is live twice (tables " +
+                                   it->second + " and " + name + ")");
+        break;
+      }
+    }
+  }
+}
+
+std::string GenerationRange(const std::vector<uint64_t>& gens) {
+  return std::to_string(gens.front()) +
+         (gens.size() > 1 ? ".." + std::to_string(gens.back()) : std::string());
+}
+
+}  // namespace
+
 Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t> generation,
                                  Env* env) {
   VerifyReport report;
@@ -119,11 +197,11 @@ Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t>
     if (current.status().IsNotFound()) return current.status();
     report.problems.push_back(current.status().message());
   }
+  COHORT_ASSIGN_OR_RETURN(auto all, ListManifestGenerations(env, dir));
   std::vector<uint64_t> gens;
   if (generation) {
     gens.push_back(*generation);
   } else {
-    COHORT_ASSIGN_OR_RETURN(auto all, ListManifestGenerations(env, dir));
     for (uint64_t g : all) {
       if (!current.ok() || g <= *current) gens.push_back(g);
     }
@@ -132,75 +210,48 @@ Result<VerifyReport> VerifyStore(const std::string& dir, std::optional<uint64_t>
                                 std::to_string(*current) + ", which has no manifest");
     }
   }
-
-  std::map<std::string, bool> checked;  // file -> sound; files are shared across generations
-  for (uint64_t g : gens) {
-    report.generations++;
-    auto manifest = ReadManifest(env, dir, g);
-    if (!manifest.ok()) {
-      report.problems.push_back(manifest.status().message());
-      continue;
+  if (current.ok()) {
+    std::vector<uint64_t> newer;
+    for (uint64_t g : all) {
+      if (g > *current) newer.push_back(g);
     }
-    // Every file first, each once: presence, size and checksum, so one damaged file does not
-    // hide another.
-    bool files_sound = true;
-    for (const auto& f : manifest->Files()) {
-      if (checked.count(f.file) > 0) {
-        files_sound = files_sound && checked[f.file];
-        continue;
-      }
-      std::string path = JoinPath(dir, f.file);
-      bool sound = true;
-      auto mapped = env->MapReadOnly(path);
-      if (!mapped.ok()) {
-        report.problems.push_back(mapped.status().IsNotFound()
-                                      ? path + ": file named by generation " + std::to_string(g) +
-                                            " is missing"
-                                      : mapped.status().message());
-        sound = false;
-      } else if ((*mapped)->size() != f.bytes) {
-        report.problems.push_back(path + ": size " + std::to_string((*mapped)->size()) +
-                                  " bytes, manifest of generation " + std::to_string(g) + " says " +
-                                  std::to_string(f.bytes));
-        sound = false;
-      } else {
-        uint32_t crc = Crc32(std::span<const std::byte>((*mapped)->data(), (*mapped)->size()));
-        if (crc != f.crc32) {
-          report.problems.push_back(path + ": checksum mismatch (manifest of generation " +
-                                    std::to_string(g) + " says " + std::to_string(f.crc32) +
-                                    ", file has " + std::to_string(crc) + ")");
-          sound = false;
-        }
-        report.bytes += (*mapped)->size();
-      }
-      report.files++;
-      checked[f.file] = sound;
-      files_sound = files_sound && sound;
-    }
-    if (!files_sound) continue;
-    // Then the structure: .npy headers against the schema, row refs in range.
-    auto snap = Snapshot::Open(dir, g, env);
-    if (!snap.ok()) {
-      report.problems.push_back(snap.status().message());
-      continue;
-    }
-    // A sample id is live in at most one table; checked for the newest generation verified.
-    if (g != gens.back()) continue;
-    std::unordered_map<uint64_t, std::string> table_of;
-    for (const auto& name : (*snap)->table_names()) {
-      const Table* t = *(*snap)->table(name);
-      for (uint64_t r = 0; r < t->size(); r++) {
-        auto [it, inserted] = table_of.emplace(t->id(r), name);
-        if (!inserted) {
-          report.problems.push_back(JoinPath(dir, t->entry().rows_file.file) + ": sample id " +
-                                    std::to_string(t->id(r)) + " is live twice (tables " +
-                                    it->second + " and " + name + ")");
-          break;
-        }
-      }
+    std::optional<uint64_t> leftover;
+    if (!CheckNothingCommittedAfter(dir, *current, all, &leftover).ok()) {
+      report.warnings.push_back(JoinPath(dir, "CURRENT") + " names generation " +
+                                std::to_string(*current) + ", but generations " +
+                                GenerationRange(newer) +
+                                " have manifests: CURRENT was set back; writers refuse this "
+                                "store until CURRENT names generation " +
+                                std::to_string(newer.back()) + " again or those are deleted");
+    } else if (leftover) {
+      report.warnings.push_back(
+          JoinPath(dir, ManifestFileName(*leftover)) + ": generation " + std::to_string(*leftover) +
+          " is newer than CURRENT (" + std::to_string(*current) +
+          "): an interrupted commit, or CURRENT set back one generation; the next writer "
+          "removes it");
     }
   }
+  std::map<std::string, bool> checked;  // file -> sound; files are shared across generations
+  for (uint64_t g : gens) {
+    // Ids are checked for the newest generation verified.
+    VerifyOneGeneration(env, dir, g, g == gens.back(), &checked, &report);
+  }
   return report;
+}
+
+Status VerifyGeneration(const std::string& dir, uint64_t generation, Env* env) {
+  // A generation that does not exist is NotFound, as for a reader, not damage.
+  COHORT_RETURN_IF_ERROR(ReadManifest(env, dir, generation).status());
+  VerifyReport report;
+  std::map<std::string, bool> checked;
+  VerifyOneGeneration(env, dir, generation, /*check_ids=*/true, &checked, &report);
+  if (report.ok()) return Status::OK();
+  std::string more;
+  if (report.problems.size() > 1) {
+    more = " (and " + std::to_string(report.problems.size() - 1) + " more problem(s))";
+  }
+  return Status::Corruption("generation " + std::to_string(generation) + " of " + dir +
+                            " is damaged: " + report.problems.front() + more);
 }
 
 Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env* env) {
@@ -209,9 +260,11 @@ Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env*
   COHORT_ASSIGN_OR_RETURN(auto lock, env->LockFile(JoinPath(dir, "LOCK")));
   COHORT_ASSIGN_OR_RETURN(uint64_t current, ReadCurrent(env, dir));
   COHORT_ASSIGN_OR_RETURN(auto gens, ListManifestGenerations(env, dir));
+  std::optional<uint64_t> leftover;
+  COHORT_RETURN_IF_ERROR(CheckNothingCommittedAfter(dir, current, gens, &leftover));
   COHORT_ASSIGN_OR_RETURN(Manifest newest, ReadManifest(env, dir, current));
   PruneReport report;
-  std::set<std::string> referenced;
+  std::map<std::string, std::pair<FileEntry, uint64_t>> referenced;  // file -> entry, generation
   for (uint64_t g : gens) {
     if (g > current) continue;  // an unfinished commit: the next writer's to clean up
     if (current - g >= keep) {
@@ -219,7 +272,18 @@ Result<PruneReport> PruneGenerations(const std::string& dir, uint64_t keep, Env*
       continue;
     }
     COHORT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, dir, g));
-    for (const auto& f : m.Files()) referenced.insert(f.file);
+    for (const auto& f : m.Files()) referenced.emplace(f.file, std::make_pair(f, g));
+  }
+  // Older generations may hold the only sound copy of rows a kept generation has damaged
+  // (a compaction copied them): nothing is deleted unless what stays is sound.
+  if (!report.removed_generations.empty()) {
+    for (const auto& [name, entry] : referenced) {
+      Status st = VerifyFileEntry(env, dir, entry.first, entry.second);
+      if (!st.ok()) {
+        return Status::Corruption("refusing to prune " + dir + ": a generation it keeps is " +
+                                  "damaged: " + st.message());
+      }
+    }
   }
   for (uint64_t g : report.removed_generations) {
     COHORT_RETURN_IF_ERROR(env->RemoveFile(JoinPath(dir, ManifestFileName(g))));

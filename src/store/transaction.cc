@@ -168,10 +168,27 @@ Result<std::unique_ptr<Transaction>> Transaction::Begin(const std::string& dir, 
 // An interrupted writer can leave temp files, manifests newer than CURRENT, and data files
 // no committed manifest names. Counters only grow, so the last are exactly the segments
 // numbered at or above CURRENT's next_segment and the rows files of later generations.
+// Generations committed after CURRENT (CURRENT set back by hand) are never deleted: Begin
+// refuses. One manifest at CURRENT + 1 is what an interrupted commit leaves (or CURRENT set
+// back by one generation: the two cannot be told apart); it is removed, and notes() says so.
 Status Transaction::CleanUpLeftovers() {
   COHORT_ASSIGN_OR_RETURN(auto names, env_->ListDir(dir_));
   const uint64_t current = base_->generation();
   const uint64_t next_segment = base_->manifest().next_segment;
+  std::vector<uint64_t> manifests;
+  for (const auto& name : names) {
+    StoreFileName f = ClassifyStoreFile(name);
+    if (f.kind == StoreFileKind::kManifest) manifests.push_back(f.number);
+  }
+  std::sort(manifests.begin(), manifests.end());
+  std::optional<uint64_t> leftover;
+  COHORT_RETURN_IF_ERROR(CheckNothingCommittedAfter(dir_, current, manifests, &leftover));
+  if (leftover) {
+    notes_.push_back("removed generation " + std::to_string(*leftover) + " (" +
+                     JoinPath(dir_, ManifestFileName(*leftover)) +
+                     "), newer than CURRENT: a commit that was interrupted before CURRENT "
+                     "named it, or CURRENT was set back one generation");
+  }
   bool removed = false;
   for (const auto& name : names) {
     if (IsUncommittedFile(name, current, next_segment)) {
@@ -269,6 +286,7 @@ Result<SegmentEntry> Transaction::WriteSegment(const std::string& table, const T
   SegmentEntry seg;
   seg.id = next_.next_segment++;
   seg.rows = rows;
+  verified_segments_.insert(seg.id);  // written from memory now: nothing to check
   auto x_shape = WithRows(rows, schema.feature_shape);
   COHORT_ASSIGN_OR_RETURN(
       seg.x, WriteNpyFile(SegmentFileName(table, seg.id, "x"), schema.feature_dtype, x_shape, x));
@@ -304,6 +322,26 @@ Status Transaction::MapSegment(TableState* table, const SegmentEntry& seg) {
   view.ids = reinterpret_cast<const uint64_t*>(ids);
   table->segments[seg.id] = seg;
   table->views[seg.id] = view;
+  return Status::OK();
+}
+
+Status Transaction::VerifySegmentsOf(const std::string& table, const TableState& t,
+                                     std::span<const uint64_t> refs) {
+  std::set<uint64_t> segments;
+  for (uint64_t ref : refs) segments.insert(RefSegment(ref));
+  for (uint64_t id : segments) {
+    if (verified_segments_.count(id) > 0) continue;
+    const SegmentEntry& seg = t.segments.at(id);
+    for (const FileEntry* f : {&seg.x, seg.y ? &*seg.y : nullptr, &seg.ids}) {
+      if (f == nullptr) continue;
+      Status st = VerifyFileEntry(env_, dir_, *f, base_->generation());
+      if (!st.ok()) {
+        return Status::Corruption("table " + table +
+                                  ": not copying rows from a damaged segment: " + st.message());
+      }
+    }
+    verified_segments_.insert(id);
+  }
   return Status::OK();
 }
 
@@ -387,6 +425,7 @@ Status Transaction::Move(const std::string& from, const std::string& to,
 
   std::vector<uint64_t> refs(k);
   for (uint64_t i = 0; i < k; i++) refs[i] = src->refs[positions[i]];
+  COHORT_RETURN_IF_ERROR(VerifySegmentsOf(from, *src, refs));
   TableState::Rows rows =
       src->Collect(refs, /*with_labels=*/labels == nullptr && dst_schema.has_labels());
   if (labels != nullptr && dst_schema.has_labels()) rows.y = labels->data;
@@ -413,6 +452,7 @@ Result<std::vector<std::string>> Transaction::Compact(double threshold) {
     double dead = 1.0 - static_cast<double>(t->refs.size()) / static_cast<double>(held);
     if (dead <= threshold || t->refs.empty()) continue;
     // The live rows are gathered in memory (one table's worth) and written as one segment.
+    COHORT_RETURN_IF_ERROR(VerifySegmentsOf(name, *t, t->refs));
     TableState::Rows rows = t->Collect(t->refs, t->schema.has_labels());
     COHORT_ASSIGN_OR_RETURN(
         SegmentEntry seg, WriteSegment(name, t->schema, rows.count, rows.x.data(),

@@ -7,7 +7,9 @@
 // row lists. Commit() writes the changed tables' rows files, the manifest and then CURRENT,
 // each synced before the next (docs/store-format.md, "Durability"), and returns the new
 // generation number. A transaction that is destroyed without committing leaves CURRENT as
-// it was and deletes the files it wrote.
+// it was and deletes the files it wrote. Moves and compaction copy rows only out of segments
+// whose checksums hold; Begin refuses a store whose CURRENT was set back behind committed
+// generations rather than delete them.
 //
 // Thread-safety: one thread at a time. Readers (Snapshot) never wait for a writer.
 #pragma once
@@ -16,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -80,6 +83,10 @@ class Transaction {
   // segments) is above `threshold` into one fresh segment. Returns the tables rewritten.
   Result<std::vector<std::string>> Compact(double threshold);
 
+  // What Begin() found and repaired, one line each, for the caller to show as warnings: a
+  // manifest newer than CURRENT it removed (an interrupted commit's). Empty on a clean store.
+  const std::vector<std::string>& notes() const { return notes_; }
+
   // Makes everything durable and switches CURRENT. Returns the new generation. On an error
   // before CURRENT is replaced the store stays at the base generation; if only the final
   // directory fsync fails, CURRENT may already name the new generation (the store is sound
@@ -103,6 +110,11 @@ class Transaction {
   Result<FileEntry> WriteNpyFile(const std::string& name, Dtype dtype,
                                  std::span<const uint64_t> shape, const std::byte* data);
   Status MapSegment(TableState* table, const SegmentEntry& segment);
+  // Rows are copied (Move, Compact) only out of sound segments: each segment `refs` point
+  // into has its files' sizes and CRC-32s checked once per transaction. Corruption naming
+  // the table and the damaged file otherwise, so damage is never sealed under a new checksum.
+  Status VerifySegmentsOf(const std::string& table, const TableState& t,
+                          std::span<const uint64_t> refs);
 
   std::string dir_;
   Env* env_;
@@ -112,6 +124,8 @@ class Transaction {
   std::map<std::string, std::unique_ptr<TableState>> tables_;
   std::vector<std::string> written_;  // files created by this transaction, removed on abort
   std::vector<std::shared_ptr<const MappedFile>> mapped_;
+  std::set<uint64_t> verified_segments_;  // segments read and found sound, or written here
+  std::vector<std::string> notes_;
   bool committed_ = false;
 };
 

@@ -316,6 +316,11 @@ class Worker {
       Error("malformed command: line longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB");
       return true;
     }
+    if (JsonTextNestsDeeperThan(*line, kMaxJsonDepth)) {
+      Error("malformed command: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+            " levels");
+      return true;
+    }
     json cmd;
     try {
       cmd = json::parse(*line);

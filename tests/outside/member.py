@@ -5,7 +5,8 @@ with softmax over negative distances, plus misbehaviours chosen by its config's 
   ok              train, print progress and done, write predictions
   crash-first     exit 3 on attempt 1, behave on the next
   hang            keep printing lines but never finish (the wall-clock limit must end it)
-  garbage         print junk, a broken @cohort line and an unknown event, then behave
+  garbage         print junk, a broken @cohort line, an unknown event and a `done` nested
+                  300,000 deep, then behave
   no-predictions  exit 0 without writing anything
   env             write the COHORT_*, CUDA and thread variables to out_dir/env.json, print a
                   `hello` naming its host and CUDA_VISIBLE_DEVICES (journalled), sleep
@@ -39,6 +40,10 @@ def main():
         print("@cohort {not json")
         print('@cohort {"ev": "mystery", "x": 1}')
         print("@cohort [1, 2, 3]", flush=True)
+        # A `done` nested 300,000 deep once overflowed the controller's stack (issue 14).
+        deep = 300000
+        print('@cohort {"ev":"done","metrics":' + '{"a":' * deep + "1" + "}" * (deep + 1),
+              flush=True)
     if behaviour == "env":
         keys = [k for k in os.environ if k.startswith(("COHORT_", "CUDA_", "OMP_", "MKL_",
                                                        "OPENBLAS_"))]
