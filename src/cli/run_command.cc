@@ -16,6 +16,7 @@ void AddRunCommands(CLI::App& app, std::function<Status()>* run, int* exit_code)
     std::string run_dir;
     bool json = false;
     bool plain = false;
+    bool no_verify_source = false;
   };
   auto o = std::make_shared<Options>();
 
@@ -24,12 +25,16 @@ void AddRunCommands(CLI::App& app, std::function<Status()>* run, int* exit_code)
   run_cmd->add_option("config", o->config, "the loop config (loop.toml)")->required();
   run_cmd->add_flag("--plain", o->plain,
                     "plain progress lines even on a terminal (no redrawn display)");
+  run_cmd->add_flag("--no-verify-source", o->no_verify_source,
+                    "a new run clones its source generation without reading it all first "
+                    "(for huge stores checked otherwise)");
   run_cmd->callback([o, run, exit_code] {
     *run = [o, exit_code]() -> Status {
       loop::RunOptions options;
       options.config_path = o->config;
       options.member_binary = SiblingExecutable("cohort-member");
       if (o->plain) options.display.terminal = 0;
+      options.verify_source = !o->no_verify_source;
       std::setvbuf(stdout, nullptr, _IOLBF, 0);
       auto outcome = loop::RunLoop(options);
       if (!outcome.ok()) return outcome.status();

@@ -203,6 +203,15 @@ Status Controller::CheckStore() {
   if (!snap.ok()) {
     return snap.status().WithContext(exists ? "the run's store" : config_.path + ": store.source");
   }
+  if (!exists && options_.verify_source) {
+    Status sound = store::VerifyGeneration(store_dir, (*snap)->generation(), store_env_);
+    if (!sound.ok()) {
+      return sound.WithContext(fmt::format(
+          "{}: store.source generation {} is damaged; the run does not clone it (repair the "
+          "store, or pick a sound generation with store.generation)",
+          config_.path, (*snap)->generation()));
+    }
+  }
   COHORT_RETURN_IF_ERROR(CheckConfigAgainstStore(config_, **snap));
   COHORT_ASSIGN_OR_RETURN(classes_, RunClassCount(config_, **snap));
   return Status::OK();

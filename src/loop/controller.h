@@ -37,6 +37,9 @@ struct RunOptions {
   DisplayOptions display;
   // Where workers and scripts run; null: this machine (a LocalProcessHost the loop creates).
   ProcessHost* host = nullptr;
+  // A new run checks every file of its source generation (store::VerifyGeneration) before it
+  // clones it, so it never trains on damaged data; off for huge stores checked otherwise.
+  bool verify_source = true;
 };
 
 enum class RunOutcome {

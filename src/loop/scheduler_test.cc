@@ -72,7 +72,10 @@ class SchedulerTest : public ::testing::Test {
     Status begun = run_.journal->BeginRound(run_.run.id, round, 1);
     if (!begun.ok()) return begun;
     results_.assign(config_.members.size(), MemberResult{});
-    PredictionShape shape{.pool_rows = 9, .test_rows = 6, .classes = 3};
+    PredictionShape shape;
+    shape.pool_rows = 9;
+    shape.test_rows = 6;
+    shape.classes = 3;
     auto snap = store::Snapshot::Open(run_.paths.store(), 1);
     if (snap.ok()) {
       shape.pool_ids = (*(*snap)->table("pool"))->Ids();
