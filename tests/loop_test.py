@@ -489,7 +489,7 @@ class Failures(LoopCase):
 
     def test_stopped_worker_is_killed_by_heartbeat_timeout(self):
         rows, _ = self.signal_a_training_worker("mlp-b", signal.SIGSTOP, 0.3,
-                                                heartbeat_timeout=1.5)
+                                                heartbeat_timeout=3)
         self.assertGreaterEqual(len(rows), 2, [tuple(r) for r in rows])
         self.assertEqual(rows[0]["status"], "killed")
         self.assertIn("heartbeat", rows[0]["exit"])

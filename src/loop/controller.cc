@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/file_util.h"
+#include "common/worker_protocol.h"
 #include "loop/acquire_commit.h"
 #include "loop/class_labels.h"
 #include "loop/config.h"
@@ -113,7 +115,8 @@ class Controller {
   // Trains the round's members that have no finished attempt. OK with results filled.
   Status TrainMembers(int64_t round, uint64_t generation, bool retry_failed,
                       std::vector<MemberResult>* results, PhaseStats* stats);
-  // Journals attempts a killed controller left running as interrupted.
+  // Journals attempts a killed controller left running as interrupted, and removes the
+  // checkpoint temp files unfinished attempts left behind.
   Status CloseLostAttempts(const std::vector<AttemptRecord>& attempts);
   void ShowPlan(const MemberPlan& plan, const std::vector<MemberResult>& results);
   // A round continued past what was to be its end trains again the native members that did
@@ -343,6 +346,14 @@ Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
 
 Status Controller::CloseLostAttempts(const std::vector<AttemptRecord>& attempts) {
   for (const AttemptRecord& a : attempts) {
+    // A worker killed while it wrote its checkpoint (a crash, the controller's SIGKILL) left a
+    // temp file in the attempt's directory that nobody will finish.
+    if (a.status != AttemptStatus::kDone) {
+      RemoveStaleTempFiles(run_.paths.Absolute(RunPaths::AttemptFile(
+          RunPaths::AttemptDir(a.member, a.round, a.attempt), protocol::file::kNativeCheckpoint)));
+    }
+  }
+  for (const AttemptRecord& a : attempts) {
     if (a.status != AttemptStatus::kRunning) continue;
     AttemptEnd end;
     end.status = AttemptStatus::kInterrupted;
@@ -382,6 +393,14 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   }
   MemberPlan plan =
       PlanMembers(config_, attempts, retry_failed, !last, previous, run_.paths.root, results);
+  if (!retry_failed && static_cast<int64_t>(CountDone(*results) + plan.tasks.size()) <
+                           config_.failure.min_members) {
+    // The round had failed already, though the journal could not say so (its disk was full,
+    // the controller died right then): this start retries it, as rerunning a failed round
+    // does, instead of failing it again on attempts already counted.
+    *results = ResultsFromAttempts(config_, attempts);
+    plan = PlanMembers(config_, attempts, true, !last, previous, run_.paths.root, results);
+  }
 
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);

@@ -9,10 +9,12 @@
 #include <fstream>
 #include <map>
 
+#include "common/file_util.h"
 #include "loop/fake_process_host.h"
 #include "loop/fake_worker.h"
 #include "loop/journal.h"
 #include "loop/loop_test_util.h"
+#include "loop/run_dir.h"
 #include "store/import.h"
 #include "store/npy.h"
 #include "store/store.h"
@@ -277,6 +279,23 @@ TEST_F(ControllerTest, RetryCountsSurviveAResumeAndInterruptedAttemptsAreFree) {
   EXPECT_EQ(attempts[2].attempt, 3);
   EXPECT_EQ(attempts[2].status, AttemptStatus::kFailed);
   EXPECT_EQ(AttemptsOf(0, "m1").size(), 1u);  // finished before the stop: kept
+}
+
+TEST_F(ControllerTest, AResumedRoundRemovesTheCheckpointTempsOfUnfinishedAttempts) {
+  WriteConfig(2, "[stop]\nmax_rounds = 1\n");
+  ASSERT_TRUE(Run({milliseconds(1000), milliseconds(1100)}).ok());  // stopped mid-training
+  auto attempts = AttemptsOf(0, "m0");
+  ASSERT_EQ(attempts.size(), 1u);
+  ASSERT_EQ(attempts[0].status, AttemptStatus::kInterrupted);
+  // What a worker killed while writing its checkpoint leaves (its pid is long gone).
+  std::string checkpoint = dir_ + "/runs/t/" + RunPaths::AttemptDir("m0", 0, 1) + "/checkpoint.pt";
+  fs::create_directories(fs::path(checkpoint).parent_path());
+  std::string stale = checkpoint + ".tmp." + UniqueTempName("x").substr(6);
+  stale = stale.substr(0, stale.rfind('.', stale.rfind('.') - 1)) + ".999999999.0";
+  std::ofstream(stale) << "half a checkpoint";
+  ASSERT_TRUE(fs::exists(stale));
+  ASSERT_TRUE(Run().ok());
+  EXPECT_FALSE(fs::exists(stale)) << stale;
 }
 
 TEST_F(ControllerTest, ATwiceInterruptedRoundResumesToTheSameEndAsAnUninterruptedRun) {
