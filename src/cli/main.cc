@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/data_command.h"
+#include "cli/report_command.h"
 #include "cli/run_cli.h"
 #include "cli/run_command.h"
 #include "cli/sbatch_command.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 s
   cohort::cli::AddDataCommands(app, &run);
   cohort::cli::AddRunCommands(app, &run, &exit_code);
   cohort::cli::AddSbatchCommand(app, &run);
+  cohort::cli::AddReportCommand(app, &run, COHORT_VERSION);
   for (const auto& command : kMemberCommands) {
     app.add_subcommand(command[0], command[1])->allow_extras();  // listed in --help only
   }
