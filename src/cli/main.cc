@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/data_command.h"
+#include "cli/ensemble_export.h"
 #include "cli/ensemble_predict.h"
 #include "cli/report_command.h"
 #include "cli/run_cli.h"
@@ -27,6 +28,7 @@ namespace {
 constexpr const char* kMemberCommands[][2] = {
     {"train", "Train one member on a store table (cohort train --help)"},
     {"eval", "Evaluate a checkpoint on a store table (cohort eval --help)"},
+    {"export-member", "Write checkpoints as .npy weights and JSON (run by cohort export)"},
     {"worker", "Serve train/predict/evaluate commands on stdin (docs/protocol.md)"},
 };
 
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): CLI11 s
   cohort::cli::AddSbatchCommand(app, &run);
   cohort::cli::AddReportCommand(app, &run, COHORT_VERSION);
   cohort::cli::AddEnsemblePredictCommand(app, &run);
+  cohort::cli::AddExportCommand(app, &run, COHORT_VERSION);
   for (const auto& command : kMemberCommands) {
     app.add_subcommand(command[0], command[1])->allow_extras();  // listed in --help only
   }
