@@ -212,11 +212,21 @@ std::vector<double> NiceTicks(double lo, double hi, int count, bool integer) {
     step = m * mag;
     if (step >= raw) break;
   }
-  if (integer) step = std::max(1.0, std::round(step));
+  if (integer) step = std::max(1.0, std::ceil(step - 1e-9));  // whole numbers only
+  // Tick k is (first + k) * step, computed as an integer times the mantissa scaled by an exact
+  // power of ten, so 3 * 0.2 comes out as 0.6 and not 0.6000000000000001.
+  const double mantissa = step / mag;
+  const int exponent = static_cast<int>(std::lround(std::log10(mag)));
+  auto value = [&](double k) {
+    const double units = k * mantissa;
+    return exponent < 0 ? units / std::pow(10.0, -exponent) : units * std::pow(10.0, exponent);
+  };
   std::vector<double> out;
-  const double first = std::floor(lo / step + 1e-9) * step;
-  for (double t = first; t <= hi + step * 0.999 && out.size() < 50; t += step) {
-    out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  const double first = std::floor(lo / step + 1e-9);
+  for (double k = first; out.size() < 50; k += 1) {
+    const double t = value(k);
+    if (t > hi + step * 0.999) break;
+    out.push_back(t == 0 ? 0.0 : t);
     if (t >= hi - step * 1e-9) break;
   }
   return out;
