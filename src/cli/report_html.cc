@@ -158,9 +158,8 @@ std::string MetricsSection(const ReportData& d) {
                             by_labels ? "labels used" : "round");
       c.x.label = by_labels ? "labels trained on (rows of " + d.train_table + ")" : "round";
       c.x.integer = true;
-      if (!by_labels) c.x.min = 0;
       c.y.label = m.label;
-      c.width = 540;
+      c.width = 500;
       c.height = 280;
       svg::Series ens;
       ens.name = "ensemble";
@@ -540,7 +539,6 @@ std::string LossSection(const ReportData& d) {
     c.title = fmt::format("Training loss per epoch, round {}", round);
     c.x.label = "epoch";
     c.x.integer = true;
-    c.x.min = 1;
     c.y.label = "training loss (mean per sample)";
     c.width = 720;
     for (size_t i = 0; i < d.members.size(); i++) {

@@ -94,7 +94,7 @@ Range DataRange(const Axis& axis, const std::vector<double>& values, bool includ
   if (axis.min) lo = *axis.min;
   if (axis.max) hi = *axis.max;
   if (hi <= lo) {  // one value: widen around it (upwards only from a fixed minimum)
-    const double pad = axis.integer ? 1 : std::abs(lo) > 0 ? std::abs(lo) * 0.1 : 1;
+    const double pad = axis.integer ? 0.5 : std::abs(lo) > 0 ? std::abs(lo) * 0.1 : 1;
     if (!axis.min) lo -= pad;
     hi = lo + (axis.min ? pad : 2 * pad);
   }
@@ -108,8 +108,9 @@ std::vector<std::pair<double, std::string>> TicksOf(const Axis& axis, Range* r, 
   std::vector<std::pair<double, std::string>> out;
   if (v.empty()) return out;
   const double step = v.size() > 1 ? v[1] - v[0] : 1;
-  if (!axis.min) r->lo = std::min(r->lo, v.front());
-  if (!axis.max) r->hi = std::max(r->hi, v.back());
+  // A value axis grows to its outer ticks; an integer (count) axis keeps to its data.
+  if (!axis.min && !axis.integer) r->lo = std::min(r->lo, v.front());
+  if (!axis.max && !axis.integer) r->hi = std::max(r->hi, v.back());
   for (double t : v) {
     if (t < r->lo - 1e-9 * step || t > r->hi + 1e-9 * step) continue;
     out.emplace_back(t, TickText(t, step));
