@@ -719,6 +719,14 @@ std::string RenderReportHtml(const ReportData& d, const HtmlOptions& options) {
                           "keeps the file current)",
                           options.refresh_s)
             : "");
+  } else if (d.status == "failed") {
+    for (const auto& r : d.rounds) {
+      if (r.record.status != loop::RoundStatus::kFailed) continue;
+      h += fmt::format(
+          "<div class=\"banner bad\">Round {} failed: {}. <code>cohort run</code> retries "
+          "it.</div>\n",
+          r.record.round, Escape(r.record.error.value_or("(no reason recorded)")));
+    }
   } else if (d.status == "interrupted") {
     h += "<div class=\"banner\">The journal says this run is running, but no controller holds "
          "it: it was killed. <code>cohort run</code> resumes it.</div>\n";

@@ -87,6 +87,16 @@ TEST(ReportHtmlTest, RunningRunReloads) {
   EXPECT_EQ(RenderReportHtml(d, {.refresh_s = 0}).find("http-equiv"), std::string::npos);
 }
 
+TEST(ReportHtmlTest, AFailedRoundSaysWhy) {
+  ReportData d = OneRound();
+  d.status = "failed";
+  d.rounds[0].record.status = loop::RoundStatus::kFailed;
+  d.rounds[0].record.error = "1 of 2 members finished, min_members is 2; b: <boom>";
+  const std::string h = RenderReportHtml(d);
+  EXPECT_NE(h.find("Round 0 failed: 1 of 2 members finished, min_members is 2; b: &lt;boom&gt;."),
+            std::string::npos);
+}
+
 TEST(ReportHtmlTest, ARunWithoutRounds) {
   ReportData d;
   d.name = "new";
