@@ -306,9 +306,10 @@ std::string TimelineSection(const ReportData& d) {
                          a.record.exit ? ": " + *a.record.exit : "");
     t.spans.push_back(std::move(sp));
   }
-  for (const auto& l : lanes) t.lanes.push_back(l.device);
-  for (size_t i = 1; i < t.lanes.size(); i++) {
-    if (lanes[i].device == lanes[i - 1].device) t.lanes[i] = "";  // a device's extra lane
+  // A device's extra lanes (members_per_device > 1) are "cpu:0 #2", "#3", ...
+  for (size_t i = 0, n = 1; i < lanes.size(); i++) {
+    n = i > 0 && lanes[i].device == lanes[i - 1].device ? n + 1 : 1;
+    t.lanes.push_back(n == 1 ? lanes[i].device : fmt::format("#{}", n));
   }
   std::set<int64_t> marked;
   for (const auto& a : d.attempts) {
