@@ -204,6 +204,15 @@ class Predict(unittest.TestCase):
         proc = cohort("predict", copy, "--store", f"{RUN}/store", "--table", "test", "-o",
                       os.path.join(self.dir, "u.npz"))
         self.assertIn("of round 0", proc.stdout)
+        # A member whose checkpoint is gone: its own error, named, for predict and export.
+        ckpt = os.path.join(copy, "members", "cnn", "round-0000", "attempt-1", "checkpoint.pt")
+        os.remove(ckpt)
+        self.assertEqual(fail_line(cohort("predict", copy, "--store", f"{RUN}/store", "--table",
+                                          "test", check=False)),
+                         f"member cnn: checkpoint {ckpt}: No such file or directory")
+        self.assertEqual(fail_line(cohort("export", copy, "-o", os.path.join(self.dir, "x"),
+                                          check=False)),
+                         f"export of round 0: checkpoint {ckpt}: No such file or directory")
 
 
 def cohort_store():

@@ -9,10 +9,10 @@
 #include <span>
 
 #include "cli/ensemble_loader_py.h"  // generated from python/cohort_ensemble.py
+#include "cli/member_jobs.h"
 #include "cli/run_cli.h"
 #include "common/file_util.h"
 #include "common/time_text.h"
-#include "launch/subprocess.h"
 #include "loop/run_reader.h"
 #include "store/snapshot.h"
 
@@ -34,42 +34,6 @@ struct ExportOptions {
 Status WriteText(const std::string& path, const std::string& text) {
   return WriteFileAtomically(path,
                              {std::as_bytes(std::span<const char>(text.data(), text.size()))});
-}
-
-// Runs `argv` to its end with stderr to `log`; an error quotes the log's last line.
-Status RunToEnd(const std::vector<std::string>& argv, const std::string& log) {
-  class Handler : public launch::SubprocessSet::Handler {
-   public:
-    void OnEvent(launch::Subprocess&, json) override {}
-    void OnLog(launch::Subprocess&, std::string_view) override {}
-    void OnExit(launch::Subprocess&, const launch::ExitInfo& i) override { info = i; }
-    launch::ExitInfo info;
-  } handler;
-  COHORT_ASSIGN_OR_RETURN(auto set, launch::SubprocessSet::Create());
-  launch::SpawnSpec spec;
-  spec.argv = argv;
-  spec.stderr_path = log;
-  COHORT_RETURN_IF_ERROR(set->Spawn(spec).status());
-  while (!set->empty()) {
-    COHORT_ASSIGN_OR_RETURN(auto polled, set->Poll(std::chrono::milliseconds(-1), handler));
-    if (polled.interrupts > 0) return Status::Aborted("interrupted");
-  }
-  if (handler.info.reason == launch::ExitReason::kExited && handler.info.exit_code == 0) {
-    return Status::OK();
-  }
-  auto text = ReadFileToString(log);
-  std::string last;
-  if (text.ok()) {
-    size_t end = text->find_last_not_of("\n");
-    if (end != std::string::npos) {
-      size_t start = text->rfind('\n', end);
-      last = text->substr(start == std::string::npos ? 0 : start + 1,
-                          end - (start == std::string::npos ? 0 : start + 1) + 1);
-    }
-  }
-  const std::string prefix = "cohort: error: ";
-  if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
-  return Status::Aborted(last.empty() ? handler.info.ToString() : last);
 }
 
 Status RunExport(const ExportOptions& o) {
@@ -102,11 +66,12 @@ Status RunExport(const ExportOptions& o) {
     members.push_back(
         {{"name", m.name}, {"dir", dir}, {"attempt", m.attempt}, {"checkpoint", m.checkpoint}});
   }
-  const std::string log = o.out + "/export.log";
-  Status st = RunToEnd(argv, log);
-  if (!st.ok())
-    return Status::Aborted("export of round " + std::to_string(round) + ": " + st.message());
-  fs::remove(log, ec);
+  MemberJob job;
+  job.what = "export of round " + std::to_string(round);
+  job.spec.argv = argv;
+  job.spec.stderr_path = o.out + "/export.log";
+  COHORT_RETURN_IF_ERROR(RunMemberJobs({job}, 1));
+  fs::remove(job.spec.stderr_path, ec);
 
   // The ensemble's input: what every member says it takes (they trained on the same table).
   json first;

@@ -5,17 +5,16 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <thread>
 
+#include "cli/member_jobs.h"
 #include "cli/npz_writer.h"
 #include "cli/run_cli.h"
 #include "common/file_util.h"
 #include "launch/device.h"
-#include "launch/subprocess.h"
 #include "loop/ensemble_uncertainty.h"
 #include "loop/predictions.h"
 #include "loop/run_reader.h"
@@ -115,63 +114,6 @@ Result<uint64_t> ImportToTempStore(const std::string& dir, const HostArray& x) {
   COHORT_RETURN_IF_ERROR(txn->Append("input", x, nullptr).status());
   return txn->Commit("cohort predict input");
 }
-
-std::string LastLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
-
-// Runs `cohort-member predict` for every member, at most `slots` at a time.
-class MemberRuns : public launch::SubprocessSet::Handler {
- public:
-  struct Job {
-    std::string member;
-    launch::SpawnSpec spec;
-    std::string log;
-  };
-
-  Status Run(std::deque<Job> jobs, size_t slots) {
-    COHORT_ASSIGN_OR_RETURN(auto set, launch::SubprocessSet::Create());
-    set_ = set.get();
-    std::map<const launch::Subprocess*, Job> running;
-    while (!jobs.empty() || !set->empty()) {
-      while (!jobs.empty() && set->size() < slots && error_.ok()) {
-        Job job = std::move(jobs.front());
-        jobs.pop_front();
-        COHORT_ASSIGN_OR_RETURN(launch::Subprocess * child, set->Spawn(job.spec));
-        jobs_[child] = std::move(job);
-      }
-      if (set->empty()) break;
-      COHORT_ASSIGN_OR_RETURN(auto polled, set->Poll(std::chrono::milliseconds(-1), *this));
-      if (polled.interrupts > 0) return Status::Aborted("interrupted");
-    }
-    return error_;
-  }
-
-  void OnEvent(launch::Subprocess&, nlohmann::json) override {}
-  void OnLog(launch::Subprocess&, std::string_view) override {}
-  void OnExit(launch::Subprocess& child, const launch::ExitInfo& info) override {
-    auto it = jobs_.find(&child);
-    if (it == jobs_.end()) return;
-    if (!(info.reason == launch::ExitReason::kExited && info.exit_code == 0) && error_.ok()) {
-      std::string last = LastLine(it->second.log);
-      const std::string prefix = "cohort: error: ";
-      if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
-      error_ = Status::Aborted(
-          fmt::format("member {}: {}", it->second.member, last.empty() ? info.ToString() : last));
-    }
-    jobs_.erase(it);
-  }
-
- private:
-  launch::SubprocessSet* set_ = nullptr;
-  std::map<const launch::Subprocess*, Job> jobs_;
-  Status error_;
-};
 
 Status WriteCsv(const std::string& path, const loop::EnsembleUncertainty& u,
                 const std::vector<uint64_t>& ids) {
@@ -276,15 +218,14 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (devices.empty()) devices.push_back(launch::Device{});
   const int threads = std::max(1, run.config.threads_per_cpu_device);
-  std::deque<MemberRuns::Job> jobs;
+  std::vector<MemberJob> jobs;
   std::vector<std::pair<size_t, std::string>> files;
   for (size_t i = 0; i < chosen.second.size(); i++) {
     const auto& m = chosen.second[i];
     const launch::Device& device = devices[i % devices.size()];
-    MemberRuns::Job job;
-    job.member = m.name;
+    MemberJob job;
+    job.what = "member " + m.name;
     const std::string out = fmt::format("{}/member-{}.npy", tmp.path(), i);
-    job.log = fmt::format("{}/member-{}.log", tmp.path(), i);
     job.spec.argv = {o.member_binary, "predict",
                      "--store",       store_dir,
                      "--table",       table,
@@ -294,14 +235,13 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
                      "--device",      device.is_cuda() ? "cuda:0" : "cpu",
                      "--threads",     std::to_string(threads)};
     job.spec.env = launch::DeviceEnvironment(device, threads, cpus);
-    job.spec.stderr_path = job.log;
+    job.spec.stderr_path = fmt::format("{}/member-{}.log", tmp.path(), i);
     jobs.push_back(std::move(job));
     files.emplace_back(m.config_index, out);
   }
   const size_t slots =
       devices.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
-  MemberRuns runner;
-  COHORT_RETURN_IF_ERROR(runner.Run(std::move(jobs), slots));
+  COHORT_RETURN_IF_ERROR(RunMemberJobs(std::move(jobs), slots));
 
   COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked, loop::StackPredictions(files, rows));
   COHORT_ASSIGN_OR_RETURN(
