@@ -267,7 +267,8 @@ std::string RenderXY(const XYChart& c) {
   }
   if (!c.y.min && !c.y.max && !bars) {  // a little air above and below lines
     const double pad = (f.y.hi - f.y.lo) * 0.05;
-    f.y.lo -= pad;
+    // Never below 0 for values that cannot be (losses, errors, counts).
+    f.y.lo = f.y.lo >= 0 ? std::max(0.0, f.y.lo - pad) : f.y.lo - pad;
     f.y.hi += pad;
   }
   auto xt = TicksOf(c.x, &f.x, std::max(3, (c.width - 80) / 70));

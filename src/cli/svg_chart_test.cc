@@ -73,6 +73,16 @@ TEST(SvgChartTest, ValuesLandInsideThePlot) {
   EXPECT_GT(pts[0].second, pts[1].second);
 }
 
+TEST(SvgChartTest, NonNegativeDataGetsNoNegativeTicks) {
+  XYChart c;
+  c.id = "loss";
+  c.series.push_back(
+      {.name = "loss", .x = {1, 2, 3}, .y = {2.0, 0.5, 0.01}, .color = "", .tips = {}});
+  const std::string s = RenderXY(c);
+  EXPECT_EQ(s.find(">-"), std::string::npos);  // no tick label starts with a minus
+  EXPECT_NE(s.find(">0.0</text>"), std::string::npos);
+}
+
 TEST(SvgChartTest, TimelineMarksFailuresAndRetries) {
   Timeline t;
   t.id = "tl";
