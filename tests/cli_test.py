@@ -100,6 +100,13 @@ class StoreLifecycle(CohortCase):
         self.cohort("data", "remove", self.store, "--table", "pool", "--ids", remove)
         self.assertEqual(self.info()["tables"]["pool"]["rows"], 95)
         self.assertEqual(self.info()["tables"]["pool"]["dead_rows"], 5)
+        # In text, those rows are named for what they are, not "dead".
+        text = self.cohort("data", "info", self.store).stdout
+        pool = next(l for l in text.splitlines() if l.startswith("pool "))
+        self.assertEqual(pool.split()[-4:-2], ["1", "5"])  # segments, old-gen rows
+        self.assertIn("old-gen rows: rows in the table's segment files that this generation no "
+                      "longer holds", text)
+        self.assertNotIn("dead", text)
 
         diff = json.loads(self.cohort("data", "diff", self.store, "1", "3", "--json").stdout)
         self.assertEqual(sorted(diff["tables"]["pool"]["added"]), sorted(ids[5:].tolist()))

@@ -314,14 +314,22 @@ Status RunInfo(const std::string& dir, std::optional<uint64_t> generation, bool 
     fmt::print("no tables (import data with `cohort data import`)\n");
     return Status::OK();
   }
-  fmt::print("\n{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", "table", "rows", "features",
-             "labels", "segments", "dead rows", "size");
+  fmt::print("\n{:<12} {:>10} {:<20} {:<12} {:>8} {:>13} {:>10}\n", "table", "rows", "features",
+             "labels", "segments", "old-gen rows", "size");
+  uint64_t old_rows = 0;
   for (const auto& [name, t] : m.tables) {
-    fmt::print("{:<12} {:>10} {:<20} {:<12} {:>8} {:>10} {:>10}\n", name, t.row_count,
+    fmt::print("{:<12} {:>10} {:<20} {:<12} {:>8} {:>13} {:>10}\n", name, t.row_count,
                std::string(store::DtypeName(t.schema.feature_dtype)) +
                    store::DimsToString(t.schema.feature_shape),
                LabelsText(t.schema), t.segments.size(), SegmentRows(t) - t.row_count,
                HumanBytes(TableBytes(t)));
+    old_rows += SegmentRows(t) - t.row_count;
+  }
+  if (old_rows > 0) {
+    // Not lost data: rows moved or removed since, which older generations still hold.
+    fmt::print(
+        "\nold-gen rows: rows in the table's segment files that this generation no longer holds "
+        "(moved to another table or removed), kept for older generations\n");
   }
   return Status::OK();
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "common/file_util.h"
 #include "model/member.h"
 #include "store/snapshot.h"
 #include "worker/worker.h"
@@ -180,6 +181,29 @@ void AddMemberCommands(CLI::App& app, std::function<Status()>* run) {
   predict->add_option("--out,-o", o->out, "Output .npy")->required();
   AddDeviceOptions(predict, o.get());
   predict->callback([o, run] { *run = [o] { return RunPredict(*o); }; });
+
+  // `cohort export` runs this: CHECKPOINT DIR pairs, each written as DIR/member.json and
+  // the .npy files it names (model::ExportMember).
+  auto export_paths = std::make_shared<std::vector<std::string>>();
+  auto* exp = app.add_subcommand("export-member",
+                                 "Write checkpoints as .npy weights and JSON (cohort export)");
+  exp->add_option("pairs", *export_paths, "CHECKPOINT DIR [CHECKPOINT DIR ...]")->required();
+  exp->callback([export_paths, run] {
+    *run = [export_paths]() -> Status {
+      if (export_paths->size() % 2 != 0) {
+        return Status::InvalidArgument("export-member takes CHECKPOINT DIR pairs");
+      }
+      for (size_t i = 0; i < export_paths->size(); i += 2) {
+        const std::string& dir = (*export_paths)[i + 1];
+        COHORT_ASSIGN_OR_RETURN(json j, model::ExportMember((*export_paths)[i], dir));
+        const std::string text = j.dump(2) + "\n";
+        COHORT_RETURN_IF_ERROR(
+            WriteFileAtomically(dir + "/member.json",
+                                {std::as_bytes(std::span<const char>(text.data(), text.size()))}));
+      }
+      return Status::OK();
+    };
+  });
 
   auto* worker = app.add_subcommand(
       "worker", "Serve train/predict/evaluate commands on stdin (driven by the loop)");

@@ -24,11 +24,23 @@ class MetricAccumulator {
     const int b = std::min(kEceBins - 1, static_cast<int>(confidence * kEceBins));
     bin_confidence_[b] += confidence;
     bin_correct_[b] += correct;
+    bin_count_[b]++;
   }
 
   ClassificationMetrics Finish() const {
     ClassificationMetrics m;
     m.count = count_;
+    for (int b = 0; b < kEceBins; b++) {
+      ReliabilityBin bin;
+      bin.lower = static_cast<double>(b) / kEceBins;
+      bin.upper = static_cast<double>(b + 1) / kEceBins;
+      bin.count = bin_count_[b];
+      if (bin.count > 0) {
+        bin.confidence = bin_confidence_[b] / static_cast<double>(bin.count);
+        bin.accuracy = bin_correct_[b] / static_cast<double>(bin.count);
+      }
+      m.bins.push_back(bin);
+    }
     if (count_ == 0) return m;
     const auto n = static_cast<double>(count_);
     m.accuracy = correct_ / n;
@@ -47,6 +59,7 @@ class MetricAccumulator {
   double brier_ = 0;
   double bin_confidence_[kEceBins] = {};
   double bin_correct_[kEceBins] = {};
+  int64_t bin_count_[kEceBins] = {};
 };
 
 }  // namespace

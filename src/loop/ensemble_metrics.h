@@ -30,12 +30,22 @@ inline constexpr double kNllProbabilityFloor = 1.1754943508222875e-38;
 // Number of equal-width confidence bins in the ECE: [0, 1/15), ..., [14/15, 1].
 inline constexpr int kEceBins = 15;
 
+// One confidence bin of the ECE: the samples whose top probability falls in it, their mean
+// top probability and the fraction of them classified right (a reliability diagram's bar).
+struct ReliabilityBin {
+  double lower = 0, upper = 0;  // [lower, upper); the last bin includes 1
+  int64_t count = 0;
+  double confidence = 0;  // mean over the bin's samples; 0 when empty
+  double accuracy = 0;    // fraction correct; 0 when empty
+};
+
 struct ClassificationMetrics {
   int64_t count = 0;    // samples; all metrics are 0 when there are none
   double accuracy = 0;  // fraction whose argmax (first maximum on ties) is the label
   double nll = 0;       // mean of -log max(p[label], kNllProbabilityFloor)
   double brier = 0;     // mean over samples of sum over classes of (p[c] - onehot[c])^2
   double ece = 0;       // sum over bins of |bin| / count * |accuracy(bin) - confidence(bin)|
+  std::vector<ReliabilityBin> bins;  // the kEceBins bins the ECE sums over, lowest first
 
   // {"count", "accuracy", "nll", "brier", "ece"}: the keys `cohort eval --json` uses.
   std::map<std::string, double> ToMap() const;

@@ -43,6 +43,23 @@ TEST(EnsembleMetricsTest, OneMemberHandComputed) {
   ASSERT_EQ(m->members.size(), 1u);
   ExpectMetrics(m->members[0], 4, 0.75, 0.765084, 0.5094, 0.365);
   ExpectMetrics(m->ensemble, 4, 0.75, 0.765084, 0.5094, 0.365);
+  // The reliability bins behind that ECE.
+  const auto& bins = m->ensemble.bins;
+  ASSERT_EQ(bins.size(), static_cast<size_t>(kEceBins));
+  EXPECT_NEAR(bins[13].lower, 13.0 / 15, kTol);
+  EXPECT_NEAR(bins[13].upper, 14.0 / 15, kTol);
+  EXPECT_EQ(bins[13].count, 2);
+  EXPECT_NEAR(bins[13].confidence, 0.89, kTol);
+  EXPECT_NEAR(bins[13].accuracy, 0.5, kTol);
+  EXPECT_EQ(bins[9].count, 1);
+  EXPECT_NEAR(bins[9].confidence, 0.62, kTol);
+  EXPECT_NEAR(bins[9].accuracy, 1.0, kTol);
+  EXPECT_EQ(bins[10].count, 1);
+  EXPECT_EQ(bins[0].count, 0);
+  EXPECT_EQ(bins[0].accuracy, 0.0);
+  int64_t total = 0;
+  for (const auto& b : bins) total += b.count;
+  EXPECT_EQ(total, 4);
 }
 
 TEST(EnsembleMetricsTest, EceBinsAreSeparate) {

@@ -9,6 +9,7 @@
 #include "loop/config.h"
 #include "loop/journal.h"
 #include "loop/run_dir.h"
+#include "loop/run_reader.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 
@@ -28,30 +29,19 @@ std::string Num(const json& v, const char* format) {
 }  // namespace
 
 Result<json> RunStatusJson(const std::string& run_dir_in) {
-  std::error_code ec;
-  std::string run_dir = fs::absolute(run_dir_in, ec).lexically_normal().string();
-  if (!run_dir.empty() && run_dir.back() == '/') run_dir.pop_back();
-  RunPaths paths{run_dir};
-  if (!fs::exists(paths.config()) || !fs::exists(paths.journal())) {
-    return Status::NotFound(run_dir_in + ": not a cohort run directory (no loop.toml and run.db)");
-  }
-  std::ifstream in(paths.config(), std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = ParseLoopConfig(text.str(), paths.config(), run_dir);
-  if (!config.ok()) return config.status();
-  COHORT_ASSIGN_OR_RETURN(auto journal, Journal::Open(paths.journal(), {.read_only = true}));
-  COHORT_ASSIGN_OR_RETURN(RunRecord run, journal->FindRun(config->name));
+  COHORT_ASSIGN_OR_RETURN(RunReader reader, OpenRunReader(run_dir_in));
+  const RunPaths& paths = reader.paths;
+  const std::string& run_dir = paths.root;
+  const LoopConfig* config = &reader.config;
+  Journal* journal = reader.journal.get();
+  const RunRecord& run = reader.run;
   COHORT_ASSIGN_OR_RETURN(auto rounds, journal->RoundsOf(run.id));
-  auto holder = RunLockHolder(run_dir);
+  const std::optional<int64_t>& holder = reader.controller_pid;
 
   json out;
   out["name"] = run.name;
   out["run_dir"] = run_dir;
-  std::string status(RunStatusName(run.status));
-  // A run the journal calls running with no controller holding the lock was killed.
-  if (run.status == RunStatus::kRunning && !holder) status = "interrupted";
-  out["status"] = status;
+  out["status"] = reader.StatusText();
   out["controller_pid"] = holder ? json(*holder) : json(nullptr);
   out["source_store"] = run.source_store;
   out["source_generation"] = run.source_generation;

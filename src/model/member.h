@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,16 @@ struct PredictResult {
 Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapshot& snapshot,
                               const std::string& table, const std::string& out_path,
                               const DeviceConfig& device = {});
+
+// Writes a checkpoint's network as plain files into `dir` (created if missing): every weight
+// and buffer as a float32 .npy, and returns the JSON that says how to apply them: the
+// checkpoint's meta (spec, task, classes, input dtype and shape) plus "input" (scale,
+// standardisation files, whether a channel axis is added) and "layers", one object per step
+// in order ({"op": "dense", "weight": "layer-01.weight.npy", "bias": ...}, conv2d with stride
+// and padding, maxpool/avgpool with kernel, flatten, dropout (identity), batchnorm and
+// layernorm with eps, and the activations relu, gelu (erf form), tanh, sigmoid, elu, silu).
+// python/cohort_ensemble.py reads it (docs/cli.md, `cohort export`).
+Result<nlohmann::json> ExportMember(const std::string& checkpoint, const std::string& dir);
 
 // What a checkpoint says about itself (member, spec, task, schema, training summary) as JSON.
 Result<std::string> DescribeCheckpoint(const std::string& checkpoint);

@@ -26,6 +26,14 @@ class NetworkImpl : public torch::nn::Module {
   // Sets the standardisation statistics (shape = input_shape).
   void SetStandardization(const torch::Tensor& mean, const torch::Tensor& std);
 
+  // What forward() does, for export (export.cc): standardise if standardize(), add a channel
+  // axis if add_channel(), then run layers() in order.
+  const torch::nn::Sequential& layers() const { return layers_; }
+  bool standardize() const { return standardize_; }
+  bool add_channel() const { return add_channel_; }
+  const torch::Tensor& input_mean() const { return mean_; }
+  const torch::Tensor& input_inv_std() const { return inv_std_; }
+
  private:
   torch::nn::Sequential layers_{nullptr};
   std::vector<int64_t> input_shape_;

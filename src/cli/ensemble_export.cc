@@ -1,0 +1,133 @@
+#include "cli/ensemble_export.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+
+#include "cli/ensemble_loader_py.h"  // generated from python/cohort_ensemble.py
+#include "cli/member_jobs.h"
+#include "cli/run_cli.h"
+#include "common/file_util.h"
+#include "common/time_text.h"
+#include "loop/run_reader.h"
+#include "store/snapshot.h"
+
+namespace cohort::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct ExportOptions {
+  std::string run_dir;
+  std::optional<int64_t> round;
+  std::string out;
+  std::string member_binary;
+  std::string version;
+};
+
+Status WriteText(const std::string& path, const std::string& text) {
+  return WriteFileAtomically(path,
+                             {std::as_bytes(std::span<const char>(text.data(), text.size()))});
+}
+
+Status RunExport(const ExportOptions& o) {
+  COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
+  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::FinishedMembersOf(run, o.round));
+  const int64_t round = chosen.first;
+  for (const auto& m : chosen.second) {
+    if (m.checkpoint.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "round {} member {} is an outside-script member: cohort export writes native members "
+          "only (its weights are its script's own)",
+          round, m.name));
+    }
+  }
+  std::error_code ec;
+  if (fs::exists(o.out) && !fs::is_empty(o.out, ec)) {
+    return Status::AlreadyExists(o.out +
+                                 ": exists and is not empty (cohort export writes a new "
+                                 "directory)");
+  }
+  fs::create_directories(o.out + "/members", ec);
+  if (ec) return Status::IOError(o.out + ": " + ec.message());
+
+  std::vector<std::string> argv = {o.member_binary, "export-member"};
+  json members = json::array();
+  for (const auto& m : chosen.second) {
+    const std::string dir = "members/" + m.name;
+    argv.push_back(m.checkpoint);
+    argv.push_back(o.out + "/" + dir);
+    members.push_back(
+        {{"name", m.name}, {"dir", dir}, {"attempt", m.attempt}, {"checkpoint", m.checkpoint}});
+  }
+  MemberJob job;
+  job.what = "export of round " + std::to_string(round);
+  job.spec.argv = argv;
+  job.spec.stderr_path = o.out + "/export.log";
+  COHORT_RETURN_IF_ERROR(RunMemberJobs({job}, 1));
+  fs::remove(job.spec.stderr_path, ec);
+
+  // The ensemble's input: what every member says it takes (they trained on the same table).
+  json first;
+  for (size_t i = 0; i < members.size(); i++) {
+    COHORT_ASSIGN_OR_RETURN(
+        std::string text,
+        ReadFileToString(o.out + "/" + members[i]["dir"].get<std::string>() + "/member.json"));
+    json j = json::parse(text, nullptr, false);
+    if (!j.is_object()) return Status::Corruption(o.out + ": a member.json does not parse");
+    members[i]["model"] = j["model"];
+    if (i == 0) first = j;
+  }
+  COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
+  json round_json;
+  for (const auto& r : rounds) {
+    if (r.round != round) continue;
+    round_json = {{"round", round}, {"input_generation", r.input_generation}};
+    if (r.test.accuracy) round_json["test_accuracy"] = *r.test.accuracy;
+    if (r.test.nll) round_json["test_nll"] = *r.test.nll;
+  }
+  json manifest = {{"format", "cohort-ensemble"},
+                   {"version", 1},
+                   {"run", run.run.name},
+                   {"run_dir", run.paths.root},
+                   {"round", round_json},
+                   {"task", first["task"]},
+                   {"classes", first["classes"]},
+                   {"feature_dtype", first["feature_dtype"]},
+                   {"input_shape", first["input_shape"]},
+                   {"members", members},
+                   {"created_at", NowIso8601()},
+                   {"cohort_version", o.version},
+                   {"loader", "cohort_ensemble.py"}};
+  COHORT_RETURN_IF_ERROR(WriteText(o.out + "/cohort_ensemble.py", kEnsembleLoaderPy));
+  COHORT_RETURN_IF_ERROR(WriteText(o.out + "/manifest.json", manifest.dump(2) + "\n"));
+  fmt::print(
+      "exported the {} members of round {} of run {} to {}\n"
+      "  python3: import cohort_ensemble; cohort_ensemble.load(\"{}\").predict(x)\n",
+      members.size(), round, run.run.name, o.out, o.out);
+  return Status::OK();
+}
+
+}  // namespace
+
+void AddExportCommand(CLI::App& app, std::function<Status()>* run, const char* version) {
+  auto o = std::make_shared<ExportOptions>();
+  o->version = version;
+  auto* cmd = app.add_subcommand(
+      "export", "Write a round's ensemble as .npy weights, JSON and a numpy loader for Python");
+  cmd->add_option("run_dir", o->run_dir, "the run directory (runs/NAME)")->required();
+  cmd->add_option("--round", o->round, "the round (default: the last finished round)");
+  cmd->add_option("-o,--out", o->out, "the directory to write (new or empty)")->required();
+  cmd->callback([o, run] {
+    o->member_binary = SiblingExecutable("cohort-member");
+    *run = [o] { return RunExport(*o); };
+  });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,289 @@
+#include "cli/ensemble_predict.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "cli/member_jobs.h"
+#include "cli/npz_writer.h"
+#include "cli/run_cli.h"
+#include "common/file_util.h"
+#include "launch/device.h"
+#include "loop/ensemble_uncertainty.h"
+#include "loop/predictions.h"
+#include "loop/run_reader.h"
+#include "store/import.h"
+#include "store/snapshot.h"
+#include "store/store.h"
+#include "store/transaction.h"
+
+namespace cohort::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using store::HostArray;
+
+// A directory removed with everything in it when this goes out of scope.
+class TempDir {
+ public:
+  static Result<TempDir> Create() {
+    const char* base = std::getenv("TMPDIR");
+    std::string templ =
+        std::string(base != nullptr && *base ? base : "/tmp") + "/cohort-predict-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) return Status::FromErrno(templ, errno);
+    return TempDir(templ);
+  }
+  TempDir(TempDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  TempDir& operator=(TempDir&&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string p) : path_(std::move(p)) {}
+  std::string path_;
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Reads --input as features: .npy, .csv, or IDX (anything else).
+Result<HostArray> ReadInputFile(const EnsemblePredictOptions& o) {
+  if (!fs::exists(o.input)) return Status::NotFound(o.input + ": no such file");
+  const std::string name = Lower(o.input);
+  if (EndsWith(name, ".npy")) {
+    COHORT_ASSIGN_OR_RETURN(HostArray raw, store::ReadNpyFile(o.input));
+    return store::ToStoreFeatures(std::move(raw), o.input);
+  }
+  if (EndsWith(name, ".csv")) {
+    if (o.label_column.empty()) {
+      return Status::InvalidArgument(
+          o.input + ": CSV input needs --label-column NAME (the column that is not a feature)");
+    }
+    store::CsvOptions csv;
+    csv.label_column = o.label_column;
+    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadCsvDataset(o.input, csv));
+    return std::move(pair.first);
+  }
+  return store::ReadIdxFile(o.input);
+}
+
+std::string Shape(const std::vector<uint64_t>& row_shape) {
+  std::string s;
+  for (uint64_t d : row_shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "(" + s + (row_shape.size() == 1 ? ",)" : ")");
+}
+
+// The members take what they trained on: `what` must have the train table's feature dtype and
+// sample shape.
+Status CheckFeatures(const std::string& what, store::Dtype dtype,
+                     const std::vector<uint64_t>& row_shape, const store::TableSchema& train,
+                     const std::string& train_name) {
+  if (dtype == train.feature_dtype && row_shape == train.feature_shape) return Status::OK();
+  return Status::InvalidArgument(
+      fmt::format("{}: samples are {} {}, but the ensemble takes {} {} (the run's {} table)", what,
+                  store::DtypeName(dtype), Shape(row_shape), store::DtypeName(train.feature_dtype),
+                  Shape(train.feature_shape), train_name));
+}
+
+// Imports `x` into a new store at `dir` as table "input"; returns its generation.
+Result<uint64_t> ImportToTempStore(const std::string& dir, const HostArray& x) {
+  COHORT_RETURN_IF_ERROR(store::InitStore(dir));
+  COHORT_ASSIGN_OR_RETURN(auto txn, store::Transaction::Begin(dir));
+  store::TableSchema schema;
+  schema.feature_dtype = x.dtype;
+  schema.feature_shape = x.row_shape();
+  schema.label_kind = store::LabelKind::kNone;
+  COHORT_RETURN_IF_ERROR(txn->CreateTable("input", schema));
+  COHORT_RETURN_IF_ERROR(txn->Append("input", x, nullptr).status());
+  return txn->Commit("cohort predict input");
+}
+
+Status WriteCsv(const std::string& path, const loop::EnsembleUncertainty& u,
+                const std::vector<uint64_t>& ids) {
+  std::string text = ids.empty() ? "row" : "row,id";
+  text += ",predicted,agreement,entropy,mutual_information,variance";
+  for (int64_t c = 0; c < u.classes; c++) text += fmt::format(",p{}", c);
+  text += "\n";
+  for (int64_t i = 0; i < u.samples; i++) {
+    text += std::to_string(i);
+    if (!ids.empty()) text += "," + std::to_string(ids[i]);
+    text += fmt::format(",{},{:.9g},{:.9g},{:.9g},{:.9g}", u.predicted[i], u.agreement[i],
+                        u.entropy[i], u.mutual_information[i], u.variance[i]);
+    for (int64_t c = 0; c < u.classes; c++) {
+      text += fmt::format(",{:.9g}", u.mean[static_cast<size_t>(i * u.classes + c)]);
+    }
+    text += "\n";
+  }
+  return WriteFileAtomically(path,
+                             {std::as_bytes(std::span<const char>(text.data(), text.size()))});
+}
+
+Status WriteNpz(const std::string& path, const loop::EnsembleUncertainty& u,
+                const loop::StackedPredictions& stacked, const std::vector<uint64_t>& ids) {
+  NpzWriter npz;
+  const auto n = static_cast<uint64_t>(u.samples);
+  const auto c = static_cast<uint64_t>(u.classes);
+  npz.Add("probabilities", store::Dtype::kFloat32, {n, c}, u.mean);
+  npz.Add("predicted", store::Dtype::kInt64, {n}, u.predicted);
+  npz.Add("entropy", store::Dtype::kFloat64, {n}, u.entropy);
+  npz.Add("mutual_information", store::Dtype::kFloat64, {n}, u.mutual_information);
+  npz.Add("variance", store::Dtype::kFloat64, {n}, u.variance);
+  npz.Add("agreement", store::Dtype::kFloat64, {n}, u.agreement);
+  npz.Add("member_probabilities", store::Dtype::kFloat32,
+          {static_cast<uint64_t>(stacked.members), n, c}, stacked.data);
+  if (!ids.empty()) npz.Add("ids", store::Dtype::kUint64, {n}, ids);
+  COHORT_ASSIGN_OR_RETURN(std::string bytes, npz.Finish());
+  return WriteFileAtomically(path,
+                             {std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))});
+}
+
+}  // namespace
+
+Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
+  const auto started = std::chrono::steady_clock::now();
+  const bool from_store = !o.store.empty() || !o.table.empty();
+  if (from_store == !o.input.empty()) {
+    return Status::InvalidArgument(
+        "predict RUN_DIR needs exactly one input: --input FILE, or --store STORE --table TABLE");
+  }
+  if (from_store && (o.store.empty() || o.table.empty())) {
+    return Status::InvalidArgument("--store and --table go together");
+  }
+  COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
+  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::FinishedMembersOf(run, o.round));
+  const int64_t round = chosen.first;
+  for (const auto& m : chosen.second) {
+    if (m.checkpoint.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "round {} member {} is an outside-script member: cohort predict runs native members "
+          "only (its weights are its script's own)",
+          round, m.name));
+    }
+  }
+  // What the members were trained on.
+  COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
+  uint64_t trained_on = 0;
+  for (const auto& r : rounds) {
+    if (r.round == round) trained_on = r.input_generation;
+  }
+  COHORT_ASSIGN_OR_RETURN(auto run_snap, store::Snapshot::Open(run.paths.store(), trained_on));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* train, run_snap->table(run.config.store.train));
+
+  COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
+  std::string store_dir = o.store, table = o.table;
+  std::optional<uint64_t> generation = o.generation;
+  std::vector<uint64_t> ids;
+  uint64_t rows = 0;
+  std::string what;
+  if (from_store) {
+    COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(o.store, o.generation));
+    COHORT_ASSIGN_OR_RETURN(const store::Table* t, snap->table(o.table));
+    what = fmt::format("{} table {} (generation {})", o.store, o.table, snap->generation());
+    COHORT_RETURN_IF_ERROR(CheckFeatures(what, t->schema().feature_dtype, t->schema().feature_shape,
+                                         train->schema(), run.config.store.train));
+    generation = snap->generation();
+    ids = t->Ids();
+    rows = t->size();
+  } else {
+    COHORT_ASSIGN_OR_RETURN(HostArray x, ReadInputFile(o));
+    COHORT_RETURN_IF_ERROR(
+        CheckFeatures(o.input, x.dtype, x.row_shape(), train->schema(), run.config.store.train));
+    if (x.rows() == 0) return Status::InvalidArgument(o.input + ": no samples");
+    store_dir = tmp.path() + "/input-store";
+    table = "input";
+    COHORT_ASSIGN_OR_RETURN(generation, ImportToTempStore(store_dir, x));
+    rows = x.rows();
+    what = o.input;
+  }
+
+  // One `cohort-member predict` per member, spread over the run's devices.
+  std::vector<launch::Device> devices = run.config.devices;
+  const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (devices.empty()) devices.push_back(launch::Device{});
+  const int threads = std::max(1, run.config.threads_per_cpu_device);
+  std::vector<MemberJob> jobs;
+  std::vector<std::pair<size_t, std::string>> files;
+  for (size_t i = 0; i < chosen.second.size(); i++) {
+    const auto& m = chosen.second[i];
+    const launch::Device& device = devices[i % devices.size()];
+    MemberJob job;
+    job.what = "member " + m.name;
+    const std::string out = fmt::format("{}/member-{}.npy", tmp.path(), i);
+    job.spec.argv = {o.member_binary, "predict",
+                     "--store",       store_dir,
+                     "--table",       table,
+                     "--generation",  std::to_string(*generation),
+                     "--checkpoint",  m.checkpoint,
+                     "--out",         out,
+                     "--device",      device.is_cuda() ? "cuda:0" : "cpu",
+                     "--threads",     std::to_string(threads)};
+    job.spec.env = launch::DeviceEnvironment(device, threads, cpus);
+    job.spec.stderr_path = fmt::format("{}/member-{}.log", tmp.path(), i);
+    jobs.push_back(std::move(job));
+    files.emplace_back(m.config_index, out);
+  }
+  const size_t slots =
+      devices.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
+  COHORT_RETURN_IF_ERROR(RunMemberJobs(std::move(jobs), slots));
+
+  COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked, loop::StackPredictions(files, rows));
+  COHORT_ASSIGN_OR_RETURN(
+      auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
+                                               stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
+  if (EndsWith(Lower(o.out), ".csv")) {
+    COHORT_RETURN_IF_ERROR(WriteCsv(o.out, u, ids));
+  } else {
+    COHORT_RETURN_IF_ERROR(WriteNpz(o.out, u, stacked, ids));
+  }
+  std::string names;
+  for (const auto& m : chosen.second) names += (names.empty() ? "" : ", ") + m.name;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  fmt::print(
+      "predicted {} samples of {} with the {} members of round {} ({}) in {:.1f} s: wrote {}\n",
+      rows, what, chosen.second.size(), round, names, seconds, o.out);
+  return Status::OK();
+}
+
+void AddEnsemblePredictCommand(CLI::App& app, std::function<Status()>* run) {
+  auto o = std::make_shared<EnsemblePredictOptions>();
+  auto* cmd = app.add_subcommand(
+      "predict",
+      "Apply a run's ensemble to new data: mean probabilities, predicted class and uncertainty "
+      "(cohort predict --checkpoint C ... applies one checkpoint)");
+  cmd->add_option("run_dir", o->run_dir, "the run directory (runs/NAME)")->required();
+  cmd->add_option("--round", o->round,
+                  "the round whose members predict (default: the last "
+                  "finished round)");
+  cmd->add_option("--input,-i", o->input, "samples: a .npy, IDX or .csv file");
+  cmd->add_option("--label-column", o->label_column, "CSV input: the column to leave out");
+  cmd->add_option("--store", o->store, "samples: a store directory (with --table)");
+  cmd->add_option("--table", o->table, "the store table");
+  cmd->add_option("--generation,-g", o->generation, "the store generation (default: current)");
+  cmd->add_option("--out,-o", o->out,
+                  "output: .npz (default predictions.npz), or .csv for a CSV table");
+  cmd->callback([o, run] {
+    o->member_binary = SiblingExecutable("cohort-member");
+    *run = [o] { return RunEnsemblePredict(*o); };
+  });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,741 @@
+#include "cli/report_html.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "cli/png.h"
+#include "cli/svg_chart.h"
+
+namespace cohort::cli {
+
+namespace {
+
+using svg::Escape;
+
+constexpr const char* kStyle = R"(
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+  color: #1a1a1a; background: #fff; margin: 0; }
+main { max-width: 1100px; margin: 0 auto; padding: 16px 24px 48px; }
+header.top { border-bottom: 2px solid #0072b2; margin-bottom: 8px; padding-bottom: 6px; }
+h1 { font-size: 22px; margin: 8px 0 2px; }
+h2 { font-size: 17px; margin: 28px 0 6px; border-bottom: 1px solid #ddd; padding-bottom: 3px; }
+h3 { font-size: 14px; margin: 14px 0 4px; }
+p.lead { color: #555; margin: 0; }
+.status { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px;
+  font-weight: 600; color: #fff; background: #555; vertical-align: middle; }
+.status.finished { background: #009e73; } .status.running { background: #0072b2; }
+.status.failed { background: #d55e00; } .status.stopped, .status.interrupted { background: #b07d00; }
+.banner { background: #e8f3fb; border: 1px solid #56b4e9; padding: 6px 10px; margin: 10px 0; }
+nav { font-size: 13px; margin: 6px 0 0; } nav a { margin-right: 12px; color: #0072b2; }
+.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(200px, 1fr));
+  gap: 6px 18px; margin: 10px 0; }
+.fact b { display: block; font-size: 18px; } .fact span { color: #555; font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+svg.chart { background: #fff; font-size: 11px; max-width: 100%; height: auto; }
+svg.chart .bg { fill: #fff; }
+svg.chart .chart-title { font-size: 13px; font-weight: 600; fill: #1a1a1a; }
+svg.chart .axis-label { font-size: 12px; fill: #333; }
+svg.chart .tick { fill: #444; } svg.chart .grid { stroke: #e6e6e6; }
+svg.chart .axis, svg.chart .tickmark { stroke: #333; }
+svg.chart .legend text { fill: #222; }
+svg.chart .note, svg.chart .marker-label { fill: #666; font-size: 11px; }
+svg.chart .marker { stroke: #888; stroke-dasharray: 4 3; }
+svg.chart .diagonal { stroke: #888; stroke-dasharray: 5 4; }
+svg.chart .span-label { fill: #fff; font-size: 10px; dominant-baseline: middle; }
+svg.chart .cross { stroke: #000; stroke-width: 2; fill: none; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 6px 0; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 3px 10px 3px 0; text-align: right; }
+th { font-weight: 600; color: #333; } td.l, th.l { text-align: left; }
+.muted { color: #666; } .bad { color: #b34400; }
+.grid-images { display: grid; grid-template-columns: repeat(auto-fill, 76px); gap: 6px;
+  max-width: 660px; }
+figure.pick { margin: 0; text-align: center; font-size: 11px; width: 72px; }
+figure.pick img { width: 64px; height: 64px; image-rendering: pixelated; border: 1px solid #ccc; }
+pre { background: #f6f6f6; padding: 8px 10px; overflow: auto; font-size: 12px; max-height: 420px; }
+select { font: inherit; }
+@media print { nav, .banner select { display: none; } h2 { break-after: avoid; }
+  svg.chart { break-inside: avoid; } [data-round-panel][hidden] { display: block !important; } }
+)";
+
+// Chooses which round's loss curves show; the only script in the page.
+constexpr const char* kScript = R"(
+document.querySelectorAll('select[data-panels]').forEach(function (sel) {
+  function show() {
+    document.querySelectorAll('[data-round-panel="' + sel.dataset.panels + '"]').forEach(
+      function (p) { p.hidden = p.dataset.round !== sel.value; });
+  }
+  sel.addEventListener('change', show);
+  show();
+});
+)";
+
+std::string F(double v, int digits = 4) { return fmt::format("{:.{}f}", v, digits); }
+std::string Opt(const std::optional<double>& v, int digits = 4) {
+  return v ? F(*v, digits) : "&ndash;";
+}
+
+std::string Seconds(double s) {
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+std::string Fact(const std::string& value, const std::string& what) {
+  return "<div class=\"fact\"><b>" + value + "</b><span>" + Escape(what) + "</span></div>";
+}
+
+const ReportRound* LastDone(const ReportData& d) {
+  const ReportRound* last = nullptr;
+  for (const auto& r : d.rounds) {
+    if (r.record.status == loop::RoundStatus::kDone) last = &r;
+  }
+  return last;
+}
+
+std::string Summary(const ReportData& d) {
+  std::string s = "<section id=\"summary\"><div class=\"facts\">";
+  int64_t done = 0;
+  for (const auto& r : d.rounds) done += r.record.status == loop::RoundStatus::kDone;
+  s += Fact(fmt::format("{} of {}", done, d.rounds.size()), "rounds done of started");
+  const ReportRound* last = LastDone(d);
+  if (last != nullptr && last->record.test.accuracy) {
+    s += Fact(F(*last->record.test.accuracy),
+              fmt::format("test accuracy after round {}", last->record.round));
+  }
+  if (last != nullptr && last->record.labels_total) {
+    s += Fact(std::to_string(*last->record.labels_total), "labels after the last round");
+  }
+  s += Fact(std::to_string(d.members.size()), "members");
+  s += Fact(std::to_string(d.devices.size()), "devices");
+  int64_t retries = 0, failures = 0;
+  for (const auto& a : d.attempts) {
+    retries += a.record.attempt > 1;
+    failures += a.record.status == loop::AttemptStatus::kFailed ||
+                a.record.status == loop::AttemptStatus::kKilled;
+  }
+  s += Fact(fmt::format("{} / {}", failures, retries), "failed or killed attempts / retries");
+  double run_s = 0;
+  for (const auto& a : d.attempts) run_s = std::max(run_s, a.end_s.value_or(a.start_s.value_or(0)));
+  for (const auto& r : d.rounds) (void)r;
+  s += Fact(Seconds(run_s), "from start to the last attempt's end");
+  s += "</div></section>\n";
+  return s;
+}
+
+// ---- metrics
+
+struct MetricDef {
+  const char* key;    // member_metrics key
+  const char* label;  // axis label
+  std::optional<double> loop::EnsembleTestMetrics::*field;
+};
+
+std::string MetricsSection(const ReportData& d) {
+  std::string s = "<section id=\"metrics\"><h2>Test metrics</h2>";
+  s += fmt::format(
+      "<p class=\"muted\">The ensemble (mean of the members' probabilities, black) and each "
+      "member on the <code>{}</code> table, after each round's training. Labels: rows of "
+      "<code>{}</code> the round trained on. ECE: 15 equal-width confidence bins.</p>",
+      Escape(d.test_table), Escape(d.train_table));
+  const MetricDef defs[] = {
+      {"accuracy", "test accuracy (fraction correct)", &loop::EnsembleTestMetrics::accuracy},
+      {"nll", "test NLL (nats per sample)", &loop::EnsembleTestMetrics::nll},
+      {"ece", "test ECE (calibration error)", &loop::EnsembleTestMetrics::ece},
+  };
+  s += "<div class=\"charts\">";
+  for (const MetricDef& m : defs) {
+    for (bool by_labels : {false, true}) {
+      svg::XYChart c;
+      c.id = fmt::format("{}-by-{}", m.key, by_labels ? "labels" : "round");
+      c.title = fmt::format("{} by {}",
+                            m.key == std::string("nll")   ? "NLL"
+                            : m.key == std::string("ece") ? "ECE"
+                                                          : "Accuracy",
+                            by_labels ? "labels used" : "round");
+      c.x.label = by_labels ? "labels trained on (rows of " + d.train_table + ")" : "round";
+      c.x.integer = true;
+      c.y.label = m.label;
+      c.width = 500;
+      c.height = 280;
+      svg::Series ens;
+      ens.name = "ensemble";
+      ens.color = "#000000";
+      ens.stroke_width = 3;
+      std::vector<svg::Series> members(d.members.size());
+      for (size_t i = 0; i < d.members.size(); i++) {
+        members[i].name = d.members[i];
+        members[i].color = svg::PaletteColor(i);
+        members[i].stroke_width = 1.3;
+        members[i].dashed = true;
+      }
+      for (const auto& r : d.rounds) {
+        double x = static_cast<double>(r.record.round);
+        if (by_labels) {
+          if (!r.labels_in) continue;
+          x = static_cast<double>(*r.labels_in);
+        }
+        if (auto v = r.record.test.*(m.field)) {
+          ens.x.push_back(x);
+          ens.y.push_back(*v);
+          ens.tips.push_back(
+              fmt::format("round {}: ensemble {} {:.4f}", r.record.round, m.key, *v));
+        }
+        for (size_t i = 0; i < d.members.size(); i++) {
+          auto it = r.member_metrics.find(d.members[i]);
+          if (it == r.member_metrics.end()) continue;
+          auto v = it->second.find(m.key);
+          if (v == it->second.end()) continue;
+          members[i].x.push_back(x);
+          members[i].y.push_back(v->second);
+          members[i].tips.push_back(fmt::format("round {}: {} {} {:.4f}", r.record.round,
+                                                d.members[i], m.key, v->second));
+        }
+      }
+      for (auto& ms : members) c.series.push_back(std::move(ms));
+      c.series.push_back(std::move(ens));
+      s += svg::RenderXY(c);
+    }
+  }
+  s += "</div>";
+  // The numbers behind the charts.
+  s += "<table><tr><th>round</th><th>labels</th><th>accuracy</th><th>NLL</th><th>Brier</th>"
+       "<th>ECE</th>";
+  for (const auto& m : d.members) s += "<th>" + Escape(m) + " acc.</th>";
+  s += "</tr>";
+  for (const auto& r : d.rounds) {
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+                     r.record.round, r.labels_in ? std::to_string(*r.labels_in) : "&ndash;",
+                     Opt(r.record.test.accuracy), Opt(r.record.test.nll), Opt(r.record.test.brier),
+                     Opt(r.record.test.ece));
+    for (const auto& m : d.members) {
+      auto it = r.member_metrics.find(m);
+      std::optional<double> v;
+      if (it != r.member_metrics.end() && it->second.count("accuracy")) {
+        v = it->second.at("accuracy");
+      }
+      s += "<td>" + Opt(v) + "</td>";
+    }
+    s += "</tr>";
+  }
+  s += "</table></section>\n";
+  return s;
+}
+
+// ---- timeline
+
+const char* AttemptColor(loop::AttemptStatus s) {
+  switch (s) {
+    case loop::AttemptStatus::kDone:
+      return svg::kDoneColor;
+    case loop::AttemptStatus::kFailed:
+      return svg::kFailedColor;
+    case loop::AttemptStatus::kKilled:
+      return svg::kKilledColor;
+    case loop::AttemptStatus::kInterrupted:
+      return svg::kInterruptedColor;
+    case loop::AttemptStatus::kRunning:
+      return svg::kRunningColor;
+  }
+  return svg::kDoneColor;
+}
+
+std::string TimelineSection(const ReportData& d) {
+  std::string s = "<section id=\"timeline\"><h2>Device timeline</h2>";
+  s += "<p class=\"muted\">Every member attempt on its device, from its start to its end "
+       "(training, then predicting the pool and test tables). Failed and killed attempts end "
+       "in a cross; a retry has a dashed outline; gaps are idle device time. Hover a bar for "
+       "its member, round, attempt and how it ended.</p>";
+  svg::Timeline t;
+  t.id = "timeline";
+  t.title = "Member attempts per device";
+  t.x.label = "time since the run started (s)";
+  t.lane_label = "device";
+  // Lanes: one per device; attempts overlapping on a device (members_per_device > 1) get
+  // extra lanes.
+  std::vector<std::string> devices = d.devices;
+  for (const auto& a : d.attempts) {
+    if (std::find(devices.begin(), devices.end(), a.record.device) == devices.end()) {
+      devices.push_back(a.record.device);
+    }
+  }
+  double now = 0;
+  for (const auto& a : d.attempts) now = std::max(now, a.end_s.value_or(a.start_s.value_or(0)));
+  struct Lane {
+    std::string device;
+    double busy_until = -1e300;
+  };
+  std::vector<Lane> lanes;
+  for (const auto& dev : devices) lanes.push_back({dev});
+  for (const auto& a : d.attempts) {
+    if (!a.start_s) continue;
+    const double end = a.end_s.value_or(now);
+    size_t lane = lanes.size();
+    for (size_t i = 0; i < lanes.size(); i++) {
+      if (lanes[i].device == a.record.device && lanes[i].busy_until <= *a.start_s + 1e-6) {
+        lane = i;
+        break;
+      }
+    }
+    if (lane == lanes.size()) {
+      // Put the extra lane right after the device's last one.
+      size_t after = 0;
+      for (size_t i = 0; i < lanes.size(); i++) {
+        if (lanes[i].device == a.record.device) after = i + 1;
+      }
+      lanes.insert(lanes.begin() + static_cast<std::ptrdiff_t>(after), Lane{a.record.device});
+      for (auto& sp : t.spans) sp.lane += sp.lane >= after;
+      lane = after;
+    }
+    lanes[lane].busy_until = end;
+    svg::Timeline::Span sp;
+    sp.lane = lane;
+    sp.start = *a.start_s;
+    sp.end = end;
+    sp.label = a.record.member;
+    sp.color = AttemptColor(a.record.status);
+    sp.cross = a.record.status == loop::AttemptStatus::kFailed ||
+               a.record.status == loop::AttemptStatus::kKilled;
+    sp.retry = a.record.attempt > 1;
+    sp.tip = fmt::format("{} round {} attempt {} on {}: {} ({:.2f} s){}", a.record.member,
+                         a.record.round, a.record.attempt, a.record.device,
+                         loop::AttemptStatusName(a.record.status), end - *a.start_s,
+                         a.record.exit ? ": " + *a.record.exit : "");
+    t.spans.push_back(std::move(sp));
+  }
+  // A device's extra lanes (members_per_device > 1) are "cpu:0 #2", "#3", ...
+  for (size_t i = 0, n = 1; i < lanes.size(); i++) {
+    n = i > 0 && lanes[i].device == lanes[i - 1].device ? n + 1 : 1;
+    t.lanes.push_back(n == 1 ? lanes[i].device : fmt::format("#{}", n));
+  }
+  std::set<int64_t> marked;
+  for (const auto& a : d.attempts) {
+    if (!a.start_s || marked.count(a.record.round)) continue;
+    marked.insert(a.record.round);
+    t.markers.emplace_back(*a.start_s, fmt::format("round {}", a.record.round));
+  }
+  t.legend = {{"done", svg::kDoneColor},
+              {"failed (crossed)", svg::kFailedColor},
+              {"killed by cohort (crossed)", svg::kKilledColor},
+              {"interrupted", svg::kInterruptedColor},
+              {"running", svg::kRunningColor}};
+  s += svg::RenderTimeline(t);
+  // The attempts that did not finish, with why.
+  std::string rows;
+  for (const auto& a : d.attempts) {
+    if (a.record.status == loop::AttemptStatus::kDone ||
+        a.record.status == loop::AttemptStatus::kRunning) {
+      continue;
+    }
+    rows += fmt::format(
+        "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td>"
+        "<td class=\"l\">{}</td><td class=\"l bad\">{}</td></tr>",
+        a.record.round, Escape(a.record.member), a.record.attempt, Escape(a.record.device),
+        loop::AttemptStatusName(a.record.status), Escape(a.record.exit.value_or("")));
+  }
+  if (!rows.empty()) {
+    s += "<h3>Attempts that did not finish</h3><table><tr><th>round</th><th class=\"l\">member"
+         "</th><th>attempt</th><th class=\"l\">device</th><th class=\"l\">status</th>"
+         "<th class=\"l\">exit</th></tr>" +
+         rows + "</table>";
+  }
+  s += "</section>\n";
+  return s;
+}
+
+// ---- time per round
+
+std::string TimeSection(const ReportData& d) {
+  std::string s = "<section id=\"time\"><h2>Time per round</h2>";
+  s += "<p class=\"muted\">Wall-clock seconds of each finished round by phase. <i>members</i> "
+       "is the members phase: training, then predicting the pool and test tables, on every "
+       "device; <i>other</i> is the rest of the round's wall time (the controller's own work, "
+       "and a stop and resume inside the round). Predicting time and idle device time lie "
+       "inside the members phase and are listed in the table.</p>";
+  svg::StackedBars c;
+  c.id = "time-per-round";
+  c.title = "Time per round by phase";
+  c.x_label = "round";
+  c.y.label = "wall-clock time (s)";
+  c.width = 720;
+  const char* names[] = {"members (train + predict)", "acquire", "label", "commit", "other"};
+  const char* colors[] = {svg::kDoneColor, "#009e73", "#e69f00", "#cc79a7", "#bbbbbb"};
+  for (int i = 0; i < 5; i++) c.stacks.push_back({names[i], {}, colors[i]});
+  std::string rows;
+  for (const auto& r : d.rounds) {
+    if (r.record.status != loop::RoundStatus::kDone) continue;
+    const auto& t = r.record.timings;
+    c.categories.push_back(std::to_string(r.record.round));
+    const double phases = t.train_s + t.acquire_s + t.label_s + t.commit_s;
+    const double other = r.wall_s ? std::max(0.0, *r.wall_s - phases) : 0;
+    const double v[] = {t.train_s, t.acquire_s, t.label_s, t.commit_s, other};
+    for (int i = 0; i < 5; i++) c.stacks[i].values.push_back(v[i]);
+    rows += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.3f}</td><td>{:.3f}"
+        "</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td></tr>",
+        r.record.round, r.wall_s ? fmt::format("{:.2f}", *r.wall_s) : "&ndash;", t.train_s,
+        t.predict_s, t.acquire_s, t.label_s, t.commit_s, other, t.idle_s);
+  }
+  if (c.categories.empty()) {
+    s += "<p>No round has finished yet.</p></section>\n";
+    return s;
+  }
+  s += svg::RenderStackedBars(c);
+  s += "<table><tr><th>round</th><th>wall s</th><th>members s</th><th>predict s (summed over "
+       "members)</th><th>acquire s</th><th>label s</th><th>commit s</th><th>other s</th>"
+       "<th>idle slot-s</th></tr>" +
+       rows + "</table></section>\n";
+  return s;
+}
+
+// ---- dataset
+
+std::string DatasetSection(const ReportData& d) {
+  std::string s = "<section id=\"dataset\"><h2>Dataset</h2>";
+  if (!d.store_error.empty()) {
+    return s + "<p class=\"bad\">The run's store could not be read: " + Escape(d.store_error) +
+           "</p></section>\n";
+  }
+  svg::XYChart c;
+  c.id = "dataset-size";
+  c.title = "Rows per table in each store generation";
+  c.x.label = "store generation";
+  c.x.integer = true;
+  c.y.label = "rows (samples)";
+  c.width = 720;
+  std::set<std::string> tables;
+  for (const auto& g : d.generations) {
+    for (const auto& [t, n] : g.rows) tables.insert(t);
+  }
+  size_t i = 0;
+  for (const auto& t : tables) {
+    svg::Series ser;
+    ser.name = t;
+    ser.color = svg::PaletteColor(i++);
+    ser.stroke_width = 2;
+    for (const auto& g : d.generations) {
+      auto it = g.rows.find(t);
+      if (it == g.rows.end()) continue;
+      ser.x.push_back(static_cast<double>(g.generation));
+      ser.y.push_back(static_cast<double>(it->second));
+      ser.tips.push_back(
+          fmt::format("generation {}: {} rows of {} ({})", g.generation, it->second, t, g.note));
+    }
+    c.series.push_back(std::move(ser));
+  }
+  c.note = fmt::format("generations {} to {}; the run's store was cloned from {} generation {}",
+                       d.generations.empty() ? 0 : d.generations.front().generation,
+                       d.generations.empty() ? 0 : d.generations.back().generation, d.source_store,
+                       d.source_generation);
+  s += svg::RenderXY(c);
+  s += "<h3>What each round changed</h3><table><tr><th>round</th><th>generation</th>";
+  for (const auto& t : tables) s += "<th>" + Escape(t) + "</th>";
+  s += "</tr>";
+  for (const auto& r : d.rounds) {
+    s += fmt::format(
+        "<tr><td>{}</td><td>{} &rarr; {}</td>", r.record.round, r.record.input_generation,
+        r.record.output_generation ? std::to_string(*r.record.output_generation) : "&ndash;");
+    for (const auto& t : tables) {
+      auto it = r.changes.find(t);
+      if (it == r.changes.end() || (it->second.added == 0 && it->second.removed == 0)) {
+        s += "<td class=\"muted\">&ndash;</td>";
+        continue;
+      }
+      const auto& ch = it->second;
+      std::string cell;
+      if (ch.added) {
+        cell += fmt::format("+{}", ch.added);
+        if (ch.moved_in) cell += fmt::format(" ({} moved in)", ch.moved_in);
+      }
+      if (ch.removed) {
+        cell += fmt::format("{}&minus;{}", cell.empty() ? "" : " ", ch.removed);
+        if (ch.moved_out) cell += fmt::format(" ({} moved out)", ch.moved_out);
+      }
+      s += "<td>" + cell + "</td>";
+    }
+    s += "</tr>";
+  }
+  s += "</table></section>\n";
+  return s;
+}
+
+// ---- picks
+
+std::string PicksSection(const ReportData& d) {
+  std::string s = "<section id=\"picks\"><h2>Picks</h2>";
+  s += fmt::format(
+      "<p class=\"muted\">The samples each round acquired by <code>{}</code> and had labelled, "
+      "counted by their label (the oracle's, read from the <code>{}</code> table after the "
+      "round).</p>",
+      Escape(d.strategy), Escape(d.train_table));
+  int64_t max_label = -1;
+  bool any = false;
+  for (const auto& r : d.rounds) {
+    for (const auto& l : r.pick_labels) {
+      if (l) max_label = std::max(max_label, *l), any = true;
+    }
+  }
+  if (!any) {
+    s += "<p>No round has acquired labelled samples yet.</p></section>\n";
+    return s;
+  }
+  svg::Heatmap h;
+  h.id = "picks-by-class";
+  h.title = "Acquired samples per class and round";
+  h.x_label = "class (label)";
+  h.y_label = "round";
+  h.value_label = "samples acquired";
+  h.width = 720;
+  for (int64_t k = 0; k <= max_label; k++) h.columns.push_back(std::to_string(k));
+  for (const auto& r : d.rounds) {
+    if (r.pick_labels.empty()) continue;
+    h.rows.push_back(std::to_string(r.record.round));
+    std::vector<double> counts(static_cast<size_t>(max_label + 1), 0.0);
+    for (const auto& l : r.pick_labels) {
+      if (l && *l >= 0) counts[static_cast<size_t>(*l)] += 1;
+    }
+    h.values.push_back(std::move(counts));
+  }
+  s += svg::RenderHeatmap(h);
+  for (const auto& r : d.rounds) {
+    if (r.images.empty()) continue;
+    s += fmt::format(
+        "<h3>Round {}: the {} best-scored picks</h3><div class=\"grid-images\" "
+        "data-round=\"{}\">",
+        r.record.round, r.images.size(), r.record.round);
+    for (const auto& img : r.images) {
+      s += fmt::format(
+          "<figure class=\"pick\"><img alt=\"sample {} label {}\" src=\"data:image/png;base64,{}\">"
+          "<figcaption>label {}<br><span class=\"muted\">{} {:.3g}</span></figcaption></figure>",
+          img.sample_id, img.label ? std::to_string(*img.label) : "?", Base64(img.png),
+          img.label ? std::to_string(*img.label) : "?", Escape(d.strategy), img.score);
+    }
+    s += "</div>";
+  }
+  s += "</section>\n";
+  return s;
+}
+
+// ---- loss curves
+
+std::string LossSection(const ReportData& d) {
+  std::string s = "<section id=\"loss\"><h2>Training loss</h2>";
+  std::vector<int64_t> rounds;
+  for (const auto& r : d.rounds) rounds.push_back(r.record.round);
+  if (rounds.empty()) return s + "<p>No round yet.</p></section>\n";
+  s += "<p class=\"muted\">Each member's mean training loss per epoch in its last attempt of "
+       "the chosen round (validation loss dashed, when the member validates).</p>";
+  s += "<label>round <select data-panels=\"loss\">";
+  for (int64_t r : rounds) {
+    s += fmt::format("<option value=\"{0}\"{1}>{0}</option>", r,
+                     r == rounds.back() ? " selected" : "");
+  }
+  s += "</select></label>";
+  for (int64_t round : rounds) {
+    svg::XYChart c;
+    c.id = fmt::format("loss-round-{}", round);
+    c.title = fmt::format("Training loss per epoch, round {}", round);
+    c.x.label = "epoch";
+    c.x.integer = true;
+    c.y.label = "training loss (mean per sample)";
+    c.width = 720;
+    for (size_t i = 0; i < d.members.size(); i++) {
+      const ReportAttempt* last = nullptr;
+      for (const auto& a : d.attempts) {
+        if (a.record.round == round && a.record.member == d.members[i] &&
+            (last == nullptr || a.record.attempt > last->record.attempt)) {
+          last = &a;
+        }
+      }
+      if (last == nullptr) continue;
+      svg::Series train, val;
+      train.name = d.members[i];
+      train.color = svg::PaletteColor(i);
+      train.stroke_width = 2;
+      val.name = d.members[i] + " (validation)";
+      val.color = train.color;
+      val.dashed = true;
+      for (const auto& e : last->epochs) {
+        train.x.push_back(static_cast<double>(e.epoch));
+        train.y.push_back(e.train_loss);
+        train.tips.push_back(fmt::format("{} epoch {}: loss {:.4f}, {:.2f} s", d.members[i],
+                                         e.epoch, e.train_loss, e.seconds));
+        if (e.val_loss) {
+          val.x.push_back(static_cast<double>(e.epoch));
+          val.y.push_back(*e.val_loss);
+        }
+      }
+      c.series.push_back(std::move(train));
+      if (!val.x.empty()) c.series.push_back(std::move(val));
+    }
+    s += fmt::format("<div data-round-panel=\"loss\" data-round=\"{}\"{}>", round,
+                     round == rounds.back() ? "" : " hidden");
+    s += svg::RenderXY(c) + "</div>";
+  }
+  s += "</section>\n";
+  return s;
+}
+
+// ---- reliability
+
+std::string ReliabilitySection(const ReportData& d) {
+  std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
+  if (!d.reliability) {
+    return s + "<p class=\"muted\">No reliability diagram: " + Escape(d.reliability_error) +
+           ".</p></section>\n";
+  }
+  const auto& m = *d.reliability;
+  s += fmt::format(
+      "<p class=\"muted\">The mean prediction of the {} members of round {} on the <code>{}</code> "
+      "table ({} samples), grouped by confidence (the top class's probability) into {} bins. "
+      "A calibrated ensemble's bars reach the diagonal; bars below it are over-confident.</p>",
+      d.reliability_members, *d.reliability_round, Escape(d.test_table), m.count, m.bins.size());
+  svg::XYChart c;
+  c.id = "reliability";
+  c.title = fmt::format("Reliability diagram, round {} (ECE {:.4f})", *d.reliability_round, m.ece);
+  c.x.label = "confidence (top-class probability)";
+  c.y.label = "accuracy (fraction correct)";
+  c.x.min = 0;
+  c.x.max = 1;
+  c.y.min = 0;
+  c.y.max = 1;
+  c.diagonal = true;
+  c.bar_width = m.bins.empty() ? 0.05 : (m.bins[0].upper - m.bins[0].lower) * 0.92;
+  c.width = 460;
+  c.height = 380;
+  svg::Series acc, conf;
+  acc.name = "accuracy in bin";
+  acc.style = svg::SeriesStyle::kBars;
+  acc.color = svg::kDoneColor;
+  conf.name = "mean confidence in bin";
+  conf.style = svg::SeriesStyle::kPoints;
+  conf.color = svg::kFailedColor;
+  for (const auto& b : m.bins) {
+    if (b.count == 0) continue;
+    const double mid = (b.lower + b.upper) / 2;
+    acc.x.push_back(mid);
+    acc.y.push_back(b.accuracy);
+    acc.tips.push_back(
+        fmt::format("confidence {:.3f}-{:.3f}: {} samples, accuracy {:.3f}, mean "
+                    "confidence {:.3f}",
+                    b.lower, b.upper, b.count, b.accuracy, b.confidence));
+    conf.x.push_back(mid);
+    conf.y.push_back(b.confidence);
+    conf.tips.push_back(acc.tips.back());
+  }
+  c.series = {acc, conf};
+  c.note = "dashed: perfect calibration (accuracy = confidence)";
+  s += "<div class=\"charts\">" + svg::RenderXY(c);
+  svg::XYChart counts;
+  counts.id = "reliability-counts";
+  counts.title = "Test samples per confidence bin";
+  counts.x.label = "confidence (top-class probability)";
+  counts.y.label = "samples";
+  counts.x.min = 0;
+  counts.x.max = 1;
+  counts.bar_width = c.bar_width;
+  counts.width = 460;
+  counts.height = 380;
+  svg::Series n;
+  n.name = "samples";
+  n.style = svg::SeriesStyle::kBars;
+  n.color = "#7f7f7f";
+  for (const auto& b : m.bins) {
+    n.x.push_back((b.lower + b.upper) / 2);
+    n.y.push_back(static_cast<double>(b.count));
+  }
+  counts.series = {n};
+  s += svg::RenderXY(counts) + "</div>";
+  s += fmt::format("<p>accuracy {:.4f}, NLL {:.4f}, Brier {:.4f}, ECE {:.4f}</p></section>\n",
+                   m.accuracy, m.nll, m.brier, m.ece);
+  return s;
+}
+
+// ---- config
+
+std::string ConfigSection(const ReportData& d) {
+  std::string s = "<section id=\"config\"><h2>Config, versions and machine</h2><table>";
+  auto row = [&](const std::string& k, const std::string& v) {
+    s += "<tr><th class=\"l\">" + Escape(k) + "</th><td class=\"l\">" + v + "</td></tr>";
+  };
+  std::set<std::string> nodes, gpus;
+  for (const auto& a : d.attempts) {
+    if (a.record.node) nodes.insert(*a.record.node);
+    if (a.record.gpus && !a.record.gpus->empty()) gpus.insert(*a.record.gpus);
+  }
+  auto join = [](const std::set<std::string>& v) {
+    std::string out;
+    for (const auto& x : v) out += (out.empty() ? "" : ", ") + Escape(x);
+    return out.empty() ? std::string("&ndash;") : out;
+  };
+  row("run directory", Escape(d.run_dir));
+  row("started", Escape(d.started_at));
+  row("ended", d.ended_at.empty() ? "&ndash;" : Escape(d.ended_at));
+  row("source store",
+      Escape(d.source_store) + " generation " + std::to_string(d.source_generation));
+  std::string devs;
+  for (const auto& x : d.devices) devs += (devs.empty() ? "" : ", ") + Escape(x);
+  row("devices", devs);
+  row("hosts the workers ran on", join(nodes));
+  row("GPUs the workers saw (CUDA_VISIBLE_DEVICES)", join(gpus));
+  row("report written by", "cohort " + Escape(d.cohort_version) + " at " + Escape(d.generated_at));
+  row("library versions",
+      "<span class=\"muted\">not recorded in the journal (a worker's <code>hello</code> names "
+      "them in its log)</span>");
+  s += "</table><h3>loop.toml as the run was started</h3><pre>" + Escape(d.config_toml) +
+       "</pre></section>\n";
+  return s;
+}
+
+}  // namespace
+
+std::string RenderReportHtml(const ReportData& d, const HtmlOptions& options) {
+  const bool running = d.status == "running";
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  if (running && options.refresh_s > 0) {
+    h += fmt::format("<meta http-equiv=\"refresh\" content=\"{}\">\n", options.refresh_s);
+  }
+  h += "<title>cohort report: " + Escape(d.name) + "</title>\n<style>" + kStyle +
+       "</style></head>\n<body><main>\n";
+  h += fmt::format(
+      "<header class=\"top\"><h1>Run {} <span class=\"status {}\">{}</span></h1>"
+      "<p class=\"lead\">{} &middot; {} members &middot; strategy {} &middot; report of {}</p>",
+      Escape(d.name), Escape(d.status), Escape(d.status), Escape(d.run_dir), d.members.size(),
+      Escape(d.strategy), Escape(d.generated_at));
+  h += "<nav><a href=\"#metrics\">metrics</a><a href=\"#timeline\">timeline</a><a "
+       "href=\"#time\">time</a><a href=\"#dataset\">dataset</a><a href=\"#picks\">picks</a><a "
+       "href=\"#loss\">loss</a><a href=\"#reliability\">reliability</a><a "
+       "href=\"#config\">config</a></nav></header>\n";
+  if (running) {
+    h += fmt::format(
+        "<div class=\"banner\" id=\"live\">This run is still running (controller pid {}): "
+        "this page shows it as of {}{}.</div>\n",
+        d.controller_pid.value_or(0), Escape(d.generated_at),
+        options.refresh_s > 0
+            ? fmt::format(" and reloads itself every {} s (<code>cohort report --watch</code> "
+                          "keeps the file current)",
+                          options.refresh_s)
+            : "");
+  } else if (d.status == "failed") {
+    for (const auto& r : d.rounds) {
+      if (r.record.status != loop::RoundStatus::kFailed) continue;
+      h += fmt::format(
+          "<div class=\"banner bad\">Round {} failed: {}. <code>cohort run</code> retries "
+          "it.</div>\n",
+          r.record.round, Escape(r.record.error.value_or("(no reason recorded)")));
+    }
+  } else if (d.status == "interrupted") {
+    h += "<div class=\"banner\">The journal says this run is running, but no controller holds "
+         "it: it was killed. <code>cohort run</code> resumes it.</div>\n";
+  }
+  h += Summary(d) + MetricsSection(d) + TimelineSection(d) + TimeSection(d) + DatasetSection(d) +
+       PicksSection(d) + LossSection(d) + ReliabilitySection(d) + ConfigSection(d);
+  h += "</main>\n<script>" + std::string(kScript) + "</script>\n</body></html>\n";
+  return h;
+}
+
+}  // namespace cohort::cli

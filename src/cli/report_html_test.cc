@@ -1,0 +1,111 @@
+#include "cli/report_html.h"
+
+#include <gtest/gtest.h>
+
+namespace cohort::cli {
+namespace {
+
+ReportData OneRound() {
+  ReportData d;
+  d.run_dir = "/runs/x";
+  d.name = "demo<&>";
+  d.status = "finished";
+  d.members = {"a", "b"};
+  d.devices = {"cpu:0"};
+  d.train_table = "train";
+  d.test_table = "test";
+  d.strategy = "bald";
+  ReportRound r;
+  r.record.round = 0;
+  r.record.status = loop::RoundStatus::kDone;
+  r.record.test.accuracy = 0.75;
+  r.record.test.nll = 0.5;
+  r.record.test.ece = 0.1;
+  r.labels_in = 100;
+  r.wall_s = 3;
+  r.record.timings.train_s = 2;
+  r.member_metrics["a"]["accuracy"] = 0.7;
+  r.picks = {{7, 0.9}, {8, 0.8}};
+  r.pick_labels = {3, 3};
+  d.rounds.push_back(r);
+  ReportAttempt a;
+  a.record.member = "a";
+  a.record.attempt = 1;
+  a.record.device = "cpu:0";
+  a.record.status = loop::AttemptStatus::kFailed;
+  a.record.exit = "worker killed by signal 9 (Killed)";
+  a.start_s = 0;
+  a.end_s = 1;
+  loop::EpochRecord e;
+  e.epoch = 1;
+  e.train_loss = 2.0;
+  a.epochs.push_back(e);
+  e.epoch = 2;
+  e.train_loss = 1.0;
+  a.epochs.push_back(e);
+  d.attempts.push_back(a);
+  a.record.attempt = 2;
+  a.record.status = loop::AttemptStatus::kDone;
+  a.start_s = 1;
+  a.end_s = 2;
+  d.attempts.push_back(a);
+  ReportGeneration g;
+  g.generation = 1;
+  g.rows = {{"train", 100}, {"pool", 50}};
+  d.generations.push_back(g);
+  g.generation = 2;
+  g.rows = {{"train", 102}, {"pool", 48}};
+  d.generations.push_back(g);
+  return d;
+}
+
+TEST(ReportHtmlTest, EverySectionAndChart) {
+  const std::string h = RenderReportHtml(OneRound());
+  for (const char* id : {"summary", "metrics", "timeline", "time", "dataset", "picks", "loss",
+                         "reliability", "config"}) {
+    EXPECT_NE(h.find(std::string("<section id=\"") + id + "\""), std::string::npos) << id;
+  }
+  for (const char* chart : {"accuracy-by-round", "nll-by-labels", "ece-by-round", "timeline",
+                            "time-per-round", "dataset-size", "picks-by-class", "loss-round-0"}) {
+    EXPECT_NE(h.find(std::string("data-chart=\"") + chart + "\""), std::string::npos) << chart;
+  }
+  EXPECT_NE(h.find("Run demo&lt;&amp;&gt;"), std::string::npos);  // names are escaped
+  EXPECT_EQ(h.find("demo<&>"), std::string::npos);
+  EXPECT_NE(h.find("worker killed by signal 9 (Killed)"), std::string::npos);
+  EXPECT_EQ(h.find("http-equiv=\"refresh\""), std::string::npos);
+  // No reliability data: the section says why rather than drawing an empty chart.
+  EXPECT_EQ(h.find("data-chart=\"reliability\""), std::string::npos);
+}
+
+TEST(ReportHtmlTest, RunningRunReloads) {
+  ReportData d = OneRound();
+  d.status = "running";
+  d.controller_pid = 4242;
+  const std::string h = RenderReportHtml(d, {.refresh_s = 15});
+  EXPECT_NE(h.find("<meta http-equiv=\"refresh\" content=\"15\">"), std::string::npos);
+  EXPECT_NE(h.find("still running (controller pid 4242)"), std::string::npos);
+  EXPECT_EQ(RenderReportHtml(d, {.refresh_s = 0}).find("http-equiv"), std::string::npos);
+}
+
+TEST(ReportHtmlTest, AFailedRoundSaysWhy) {
+  ReportData d = OneRound();
+  d.status = "failed";
+  d.rounds[0].record.status = loop::RoundStatus::kFailed;
+  d.rounds[0].record.error = "1 of 2 members finished, min_members is 2; b: <boom>";
+  const std::string h = RenderReportHtml(d);
+  EXPECT_NE(h.find("Round 0 failed: 1 of 2 members finished, min_members is 2; b: &lt;boom&gt;."),
+            std::string::npos);
+}
+
+TEST(ReportHtmlTest, ARunWithoutRounds) {
+  ReportData d;
+  d.name = "new";
+  d.status = "running";
+  const std::string h = RenderReportHtml(d);
+  EXPECT_NE(h.find("No round has finished yet."), std::string::npos);
+  EXPECT_NE(h.find("No round yet."), std::string::npos);
+  EXPECT_NE(h.find("</html>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::cli

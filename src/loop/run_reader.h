@@ -1,0 +1,53 @@
+// Reading a run directory from outside the controller: `cohort status`, `cohort report`,
+// `cohort predict RUN_DIR` and `cohort export` open a run here, take no lock (the journal is
+// WAL: readers never block the controller), and find a round's finished members.
+//
+// Thread-safety: a RunReader is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "loop/config.h"
+#include "loop/journal.h"
+#include "loop/run_dir.h"
+
+namespace cohort::loop {
+
+struct RunReader {
+  RunPaths paths;  // absolute
+  LoopConfig config;
+  std::unique_ptr<Journal> journal;
+  RunRecord run;
+  std::optional<int64_t> controller_pid;  // a live controller holding the run's lock
+
+  // "running", "finished", "failed", "stopped", or "interrupted" (the journal says running
+  // but no controller holds the lock: it was killed).
+  std::string StatusText() const;
+};
+
+// Opens RUN_DIR read-only. NotFound "RUN_DIR: not a cohort run directory (no loop.toml and
+// run.db)"; the config's and the journal's errors otherwise.
+Result<RunReader> OpenRunReader(const std::string& run_dir);
+
+// A member that finished a round: its last `done` attempt.
+struct FinishedMember {
+  std::string name;
+  size_t config_index = 0;
+  int attempt = 0;
+  std::string device;
+  std::string checkpoint;        // absolute; empty when the attempt wrote none (outside member)
+  std::string test_predictions;  // absolute; empty when none
+};
+
+// The members of `round` whose last attempt is done, in config order. With `round` unset,
+// the last round whose status is `done`. Errors (one line each): the run has no such round,
+// the round is not done yet (naming its status), no finished round yet.
+Result<std::pair<int64_t, std::vector<FinishedMember>>> FinishedMembersOf(
+    const RunReader& run, std::optional<int64_t> round);
+
+}  // namespace cohort::loop

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `cohort predict RUN_DIR` (the ensemble with uncertainty) and `cohort
+export` with its numpy loader, on a small real run whose members use every layer kind the
+export writes (dense, conv2d with stride and padding, max and average pooling, batch and
+layer norm, dropout, and each activation).
+
+The ensemble's numbers are checked against a direct numpy computation from the members' own
+test predictions (the files the loop's workers wrote), and the exported ensemble's outputs,
+with numpy and with torch, against `cohort predict`'s to 1e-5.
+
+Run by ctest as: /usr/bin/python3 tests/ensemble_test.py COHORT_BINARY SCRATCH_DIR
+"""
+import importlib.util
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loop_test  # noqa: E402
+
+COHORT = None
+SCRATCH = None
+RUN = None
+
+MEMBERS = [
+    ("mlp", "dense 32 relu, dense 10", 1),
+    ("norms", "dense 24 gelu, batchnorm, dropout 0.2, dense 16 silu, layernorm, dense 10", 2),
+    ("cnn", "conv2d 4 3 1 1 elu, batchnorm, maxpool 2, conv2d 6 3 2 0 tanh, avgpool 2, "
+            "flatten, dense 12 sigmoid, dense 10", 3),
+]
+
+
+def cohort(*args, check=True):
+    return loop_test.cohort(*args, check=check)
+
+
+def fail_line(proc):
+    """The one error line of a failed command."""
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cohort: error: "), lines[0]
+    return lines[0][len("cohort: error: "):]
+
+
+def finished_members(run_dir, round_):
+    db = loop_test.journal(run_dir)
+    rows = db.execute("SELECT member, predictions_json, checkpoint FROM attempts WHERE round = ? "
+                      "AND status = 'done' ORDER BY id", (round_,)).fetchall()
+    db.close()
+    order = {name: i for i, (name, _, _) in enumerate(MEMBERS)}
+    rows = sorted(rows, key=lambda r: order[r["member"]])
+    return [(r["member"], os.path.join(run_dir, json.loads(r["predictions_json"])["test"]),
+             os.path.join(run_dir, r["checkpoint"])) for r in rows]
+
+
+def numpy_uncertainty(p):
+    """From the members' probabilities (M, n, C), written out here independently of cohort."""
+    p = p.astype(np.float64)
+    mean = p.mean(axis=0)
+    logs = np.log(np.clip(mean, 1e-300, None))
+    entropy = -(mean * logs).sum(axis=1)
+    member_entropy = -(p * np.log(np.clip(p, 1e-300, None))).sum(axis=2)
+    predicted = mean.argmax(axis=1)
+    return {"probabilities": mean, "predicted": predicted, "entropy": entropy,
+            "mutual_information": entropy - member_entropy.mean(axis=0),
+            "variance": p.var(axis=0).mean(axis=1),
+            "agreement": (p.argmax(axis=2) == predicted[None, :]).mean(axis=0)}
+
+
+class Predict(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(SCRATCH, "predict")
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        os.makedirs(cls.dir)
+        cls.npz = os.path.join(cls.dir, "test.npz")
+        cls.proc = cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test",
+                          "-o", cls.npz)
+        cls.out = dict(np.load(cls.npz))
+
+    def test_matches_numpy_from_the_members_own_predictions(self):
+        members = finished_members(RUN, 1)
+        self.assertEqual([m[0] for m in members], ["mlp", "norms", "cnn"])
+        own = np.stack([np.load(path) for _, path, _ in members])
+        got = self.out
+        self.assertEqual(got["member_probabilities"].shape, own.shape)
+        np.testing.assert_allclose(got["member_probabilities"], own, atol=1e-6)
+        want = numpy_uncertainty(own)
+        n, c = own.shape[1:]
+        self.assertEqual(got["probabilities"].shape, (n, c))
+        self.assertEqual(got["probabilities"].dtype, np.float32)
+        for key in ("probabilities", "entropy", "mutual_information", "variance", "agreement"):
+            np.testing.assert_allclose(got[key], want[key], atol=1e-6, err_msg=key)
+        np.testing.assert_array_equal(got["predicted"], want["predicted"])
+        # Disagreement is real in this ensemble: the checks above compare more than zeros.
+        self.assertGreater(got["mutual_information"].max(), 0.01)
+        self.assertLess(got["agreement"].min(), 1.0)
+        # Sample ids of the table, and the journal's ensemble accuracy from these numbers.
+        ids = np.asarray(cohort_store().open(f"{RUN}/store").table("test").ids)
+        np.testing.assert_array_equal(got["ids"], ids)
+        labels = np.asarray(cohort_store().open(f"{RUN}/store").table("test").labels)
+        db = loop_test.journal(RUN)
+        acc = db.execute("SELECT test_accuracy FROM rounds WHERE round = 1").fetchone()[0]
+        db.close()
+        self.assertAlmostEqual(float((got["predicted"] == labels).mean()), acc, places=9)
+        self.assertIn("with the 3 members of round 1 (mlp, norms, cnn)", self.proc.stdout)
+
+    def test_same_numbers_as_the_single_checkpoint_predict(self):
+        _, _, checkpoint = finished_members(RUN, 1)[2]
+        out = os.path.join(self.dir, "cnn.npy")
+        cohort("predict", "--checkpoint", checkpoint, "--store", f"{RUN}/store", "--table",
+               "test", "-o", out)
+        np.testing.assert_allclose(np.load(out), self.out["member_probabilities"][2], atol=1e-6)
+
+    def test_npy_and_csv(self):
+        prefix = os.path.join(self.dir, "test")
+        cohort("data", "export", f"{RUN}/store", "--table", "test", "--out", prefix)
+        csv = os.path.join(self.dir, "from-npy.csv")
+        cohort("predict", RUN, "--input", prefix + ".x.npy", "-o", csv)
+        with open(csv) as f:
+            header = f.readline().strip().split(",")
+        self.assertEqual(header[:7], ["row", "predicted", "agreement", "entropy",
+                                      "mutual_information", "variance", "p0"])
+        table = np.loadtxt(csv, delimiter=",", skiprows=1)
+        np.testing.assert_array_equal(table[:, 0], np.arange(len(table)))
+        np.testing.assert_array_equal(table[:, 1], self.out["predicted"])
+        np.testing.assert_allclose(table[:, 2], self.out["agreement"], atol=1e-8)
+        np.testing.assert_allclose(table[:, 3], self.out["entropy"], atol=1e-7)
+        np.testing.assert_allclose(table[:, 4], self.out["mutual_information"], atol=1e-7)
+        np.testing.assert_allclose(table[:, 5], self.out["variance"], atol=1e-7)
+        np.testing.assert_allclose(table[:, 6:], self.out["probabilities"], atol=1e-7)
+
+    def test_idx_input(self):
+        out = os.path.join(self.dir, "idx.npz")
+        cohort("predict", RUN, "--input", f"{loop_test.FMNIST}/t10k-images-idx3-ubyte.gz",
+               "-o", out)
+        got = np.load(out)
+        self.assertEqual(got["probabilities"].shape, (10000, 10))
+        self.assertNotIn("ids", got.files)  # a file has rows, not store ids
+        # The store's test table is the first 300 images of the same file.
+        np.testing.assert_allclose(got["probabilities"][:300], self.out["probabilities"],
+                                   atol=1e-6)
+
+    def test_an_earlier_round(self):
+        out = os.path.join(self.dir, "round0.npz")
+        proc = cohort("predict", RUN, "--round", "0", "--store", f"{RUN}/store", "--table",
+                      "test", "-o", out)
+        self.assertIn("of round 0", proc.stdout)
+        own = np.stack([np.load(path) for _, path, _ in finished_members(RUN, 0)])
+        np.testing.assert_allclose(np.load(out)["member_probabilities"], own, atol=1e-6)
+
+    def test_bad_input(self):
+        bad = os.path.join(self.dir, "flat.npy")
+        np.save(bad, np.zeros((4, 784), dtype=np.uint8))
+        self.assertEqual(
+            fail_line(cohort("predict", RUN, "--input", bad, check=False)),
+            f"{bad}: samples are uint8 (784,), but the ensemble takes uint8 (28, 28) (the run's "
+            "train table)")
+        floats = os.path.join(self.dir, "floats.npy")
+        np.save(floats, np.zeros((4, 28, 28), dtype=np.float32))
+        self.assertIn("samples are float32 (28, 28), but the ensemble takes uint8 (28, 28)",
+                      fail_line(cohort("predict", RUN, "--input", floats, check=False)))
+        self.assertEqual(fail_line(cohort("predict", RUN, "--input", bad + ".missing",
+                                          check=False)), f"{bad}.missing: no such file")
+        self.assertIn("exactly one input", fail_line(cohort(
+            "predict", RUN, "--input", bad, "--store", f"{RUN}/store", "--table", "test",
+            check=False)))
+        self.assertIn("table 'nope' does not exist", fail_line(cohort(
+            "predict", RUN, "--store", f"{RUN}/store", "--table", "nope", check=False)))
+        csv = os.path.join(self.dir, "x.csv")
+        with open(csv, "w") as f:
+            f.write("a,b\n1,2\n")
+        self.assertIn("--label-column", fail_line(cohort("predict", RUN, "--input", csv,
+                                                         check=False)))
+        self.assertEqual(
+            fail_line(cohort("predict", os.path.join(SCRATCH, "nope"), "--input", bad,
+                             check=False)),
+            f"{SCRATCH}/nope: not a cohort run directory (no loop.toml and run.db)")
+        self.assertEqual(
+            fail_line(cohort("predict", RUN, "--round", "7", "--input", bad, check=False)),
+            "run ens has no round 7 (rounds 0 to 1)")
+
+    def test_a_round_not_finished(self):
+        # A copy of the run whose last round the journal says is still training.
+        copy = os.path.join(self.dir, "unfinished")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(RUN, copy, ignore=shutil.ignore_patterns("lock"))
+        db = sqlite3.connect(os.path.join(copy, "run.db"))
+        db.execute("UPDATE rounds SET status = 'training', output_generation = NULL "
+                   "WHERE round = 1")
+        db.commit()
+        db.close()
+        self.assertEqual(fail_line(cohort("predict", copy, "--round", "1", "--store",
+                                          f"{RUN}/store", "--table", "test", check=False)),
+                         "round 1 of run ens is not finished (status training)")
+        # Without --round: the last finished round, 0.
+        proc = cohort("predict", copy, "--store", f"{RUN}/store", "--table", "test", "-o",
+                      os.path.join(self.dir, "u.npz"))
+        self.assertIn("of round 0", proc.stdout)
+        # A member whose checkpoint is gone: its own error, named, for predict and export.
+        ckpt = os.path.join(copy, "members", "cnn", "round-0000", "attempt-1", "checkpoint.pt")
+        os.remove(ckpt)
+        self.assertEqual(fail_line(cohort("predict", copy, "--store", f"{RUN}/store", "--table",
+                                          "test", check=False)),
+                         f"member cnn: checkpoint {ckpt}: No such file or directory")
+        self.assertEqual(fail_line(cohort("export", copy, "-o", os.path.join(self.dir, "x"),
+                                          check=False)),
+                         f"export of round 0: checkpoint {ckpt}: No such file or directory")
+
+
+def cohort_store():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import cohort_store as module
+    return module
+
+
+def load_exported(directory):
+    """The loader `cohort export` copied into `directory`, imported from there."""
+    spec = importlib.util.spec_from_file_location("exported_loader",
+                                                  os.path.join(directory, "cohort_ensemble.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Export(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(SCRATCH, "export")
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        os.makedirs(cls.dir)
+        cls.out = os.path.join(cls.dir, "ensemble")
+        cls.proc = cohort("export", RUN, "-o", cls.out)
+        cls.npz = os.path.join(cls.dir, "test.npz")
+        cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test", "-o", cls.npz)
+        cls.x = np.asarray(cohort_store().open(f"{RUN}/store").table("test").features)
+
+    def test_manifest(self):
+        with open(os.path.join(self.out, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(m["format"], "cohort-ensemble")
+        self.assertEqual(m["run"], "ens")
+        self.assertEqual(m["round"]["round"], 1)
+        self.assertEqual(m["classes"], 10)
+        self.assertEqual(m["feature_dtype"], "uint8")
+        self.assertEqual(m["input_shape"], [28, 28])
+        self.assertEqual([x["name"] for x in m["members"]], ["mlp", "norms", "cnn"])
+        self.assertEqual([x["model"] for x in m["members"]], [x[1] for x in MEMBERS])
+        ops = []
+        for x in m["members"]:
+            with open(os.path.join(self.out, x["dir"], "member.json")) as f:
+                ops += [step["op"] for step in json.load(f)["layers"]]
+        self.assertEqual(set(ops), {"dense", "relu", "gelu", "batchnorm", "dropout", "silu",
+                                    "layernorm", "conv2d", "elu", "maxpool", "tanh", "avgpool",
+                                    "flatten", "sigmoid"})
+
+    def test_loader_equals_predict(self):
+        loader = load_exported(self.out)
+        ens = loader.load(self.out)
+        want = np.load(self.npz)
+        for backend in ("numpy", "torch"):
+            got = ens.predict(self.x, backend=backend)
+            for key in ("probabilities", "member_probabilities", "entropy",
+                        "mutual_information", "variance", "agreement"):
+                np.testing.assert_allclose(got[key], want[key], atol=1e-5,
+                                           err_msg=f"{backend} {key}")
+            np.testing.assert_array_equal(got["predicted"], want["predicted"])
+
+    def test_loader_as_a_program_without_cohort(self):
+        # Only the exported directory and numpy: a copy elsewhere, run as a script.
+        elsewhere = os.path.join(self.dir, "copied")
+        shutil.rmtree(elsewhere, ignore_errors=True)
+        shutil.copytree(self.out, elsewhere)
+        x = os.path.join(self.dir, "x.npy")
+        np.save(x, self.x[:50])
+        out = os.path.join(self.dir, "script.npz")
+        subprocess.run([sys.executable, os.path.join(elsewhere, "cohort_ensemble.py"), elsewhere,
+                        x, "-o", out], check=True, cwd=self.dir, capture_output=True)
+        np.testing.assert_allclose(np.load(out)["probabilities"],
+                                   np.load(self.npz)["probabilities"][:50], atol=1e-5)
+        loader = load_exported(elsewhere)
+        with self.assertRaisesRegex(ValueError, r"samples of shape \(784,\), it takes \(28, 28\)"):
+            loader.load(elsewhere).predict(self.x.reshape(len(self.x), -1))
+
+    def test_errors(self):
+        self.assertIn("exists and is not empty",
+                      fail_line(cohort("export", RUN, "-o", self.out, check=False)))
+        self.assertEqual(fail_line(cohort("export", RUN, "--round", "4", "-o",
+                                          os.path.join(self.dir, "r4"), check=False)),
+                         "run ens has no round 4 (rounds 0 to 1)")
+
+
+def main():
+    global COHORT, SCRATCH, RUN
+    COHORT = os.path.abspath(sys.argv[1])
+    SCRATCH = os.path.abspath(sys.argv[2])
+    os.makedirs(SCRATCH, exist_ok=True)
+    loop_test.COHORT = COHORT
+    loop_test.SCRATCH = SCRATCH
+    loop_test.SOURCE = os.path.join(SCRATCH, "source-store")
+    loop_test.build_source(loop_test.SOURCE)
+    run_parent = os.path.join(SCRATCH, "run")
+    shutil.rmtree(run_parent, ignore_errors=True)
+    config = loop_test.write_config(run_parent, name="ens", members=MEMBERS, rounds=2, epochs=3)
+    cohort("run", config, "--plain")
+    RUN = os.path.join(run_parent, "runs", "ens")
+    unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `cohort report`: the report of a small real run (three members, three
+rounds, one worker SIGKILLed and retried) rendered in headless Chromium (tests/browser.py):
+it loads with no console error, every chart is there with its title, axis labels and legend,
+its numbers are the journal's, and a screenshot is saved (SCRATCH/report.png). Also the report
+of a running run, and bad input.
+
+Run by ctest as: /usr/bin/python3 tests/report_test.py COHORT_BINARY SCRATCH_DIR
+"""
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import browser  # noqa: E402
+import loop_test  # noqa: E402
+
+COHORT = None
+SCRATCH = None
+RUN = None  # the finished run every test reads
+
+CHARTS = ["accuracy-by-round", "accuracy-by-labels", "nll-by-round", "nll-by-labels",
+          "ece-by-round", "ece-by-labels", "timeline", "time-per-round", "dataset-size",
+          "picks-by-class", "loss-round-0", "loss-round-1", "loss-round-2", "reliability",
+          "reliability-counts"]
+
+
+def cohort(*args, check=True):
+    return loop_test.cohort(*args, check=check)
+
+
+def journal(run_dir):
+    return loop_test.journal(run_dir)
+
+
+def wait_for(fn, what, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_attempt(run_dir, member, round_=0):
+    if not os.path.exists(os.path.join(run_dir, "run.db")):
+        return None
+    try:
+        db = journal(run_dir)
+        row = db.execute("SELECT pid FROM attempts WHERE member = ? AND round = ? AND "
+                         "status = 'running' AND pid IS NOT NULL", (member, round_)).fetchone()
+        db.close()
+    except sqlite3.OperationalError:
+        return None
+    return row[0] if row and row[0] else None
+
+
+def make_run():
+    """Three rounds of three members; mlp-a's first worker is SIGKILLed in round 0 and
+    retried. Returns the run directory."""
+    d = os.path.join(SCRATCH, "finished")
+    config = loop_test.write_config(d, name="report-demo", epochs=60)
+    run_dir = os.path.join(d, "runs", "report-demo")
+    proc = subprocess.Popen([COHORT, "run", config, "--plain"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pid = wait_for(lambda: running_attempt(run_dir, "mlp-a"), "mlp-a's attempt")
+    time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"cohort run exited {proc.returncode}:\n{out}\n{err}")
+    return run_dir
+
+
+class ReportOfAFinishedRun(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.html_path = os.path.join(SCRATCH, "report.html")
+        cls.proc = cohort("report", RUN, "-o", cls.html_path)
+        with open(cls.html_path) as f:
+            cls.html = f.read()
+        db = journal(RUN)
+        cls.rounds = db.execute("SELECT round, test_accuracy, test_nll, test_ece, labels_total "
+                                "FROM rounds ORDER BY round").fetchall()
+        cls.attempts = db.execute("SELECT member, round, attempt, status FROM attempts"
+                                  ).fetchall()
+        db.close()
+
+    def test_the_run_had_a_retry(self):
+        # The run the report shows: a failed attempt and its retry, three finished rounds.
+        self.assertIn(("mlp-a", 0, 1, "failed"), [tuple(a) for a in self.attempts])
+        self.assertIn(("mlp-a", 0, 2, "done"), [tuple(a) for a in self.attempts])
+        self.assertEqual(len(self.rounds), 3)
+        self.assertIn("wrote " + self.html_path, self.proc.stdout)
+
+    def test_self_contained(self):
+        # No fetch of anything: the only URL is the SVG namespace (a name, never loaded).
+        urls = set(re.findall(r"https?://[^\s\"'<>)]+", self.html))
+        self.assertEqual(urls, {"http://www.w3.org/2000/svg"})
+        self.assertNotRegex(self.html, r"<(link|iframe)\b")
+        self.assertNotRegex(self.html, r"<script[^>]*\bsrc=")
+        self.assertNotRegex(self.html, r"<img[^>]*src=\"(?!data:image/png;base64,)")
+        self.assertNotIn("http-equiv=\"refresh\"", self.html)  # finished: no reload
+        self.assertIn("<span class=\"status finished\">finished</span>", self.html)
+
+    def test_in_chromium(self):
+        why = browser.available()
+        if why:
+            if os.environ.get("CI") == "true":
+                self.fail(why)
+            self.skipTest(why)
+        with browser.Browser(width=1200, height=1000) as b:
+            b.open("file://" + self.html_path)
+            self.assertEqual(b.console_errors(), [])
+            charts = b.run("""
+                return Array.from(document.querySelectorAll('svg.chart')).map(function (c) {
+                  var r = c.getBoundingClientRect();
+                  var q = function (s) { return Array.from(c.querySelectorAll(s)); };
+                  return {id: c.dataset.chart, width: r.width, height: r.height,
+                          title: q('.chart-title').map(function (t) { return t.textContent; }),
+                          axes: q('.axis-label').map(function (t) {
+                            return [t.dataset.axis, t.textContent]; }),
+                          legend: q('.legend-item').map(function (t) { return t.textContent; }),
+                          series: q('g.series').map(function (g) { return g.dataset.series; }),
+                          spans: q('g.span title').map(function (t) { return t.textContent; }),
+                          crosses: q('.cross').length, ticks: q('.tick').length};
+                });""")
+            by_id = {c["id"]: c for c in charts}
+            self.assertEqual(sorted(by_id), sorted(CHARTS))
+            for c in charts:
+                with self.subTest(chart=c["id"]):
+                    self.assertEqual(len(c["title"]), 1)
+                    self.assertGreater(len(c["title"][0]), 5)
+                    self.assertEqual(sorted(a for a, _ in c["axes"]), ["x", "y"])
+                    for _, label in c["axes"]:
+                        self.assertGreater(len(label), 3)
+                    self.assertGreater(c["ticks"], 3)
+                    if len(c["series"]) > 1:  # a legend entry per series
+                        self.assertEqual(c["legend"], c["series"])
+                    if not c["id"].startswith("loss-round-") or c["id"] == "loss-round-2":
+                        self.assertGreater(c["width"], 300)  # laid out and visible
+                        self.assertGreater(c["height"], 100)
+            for metric in ("accuracy", "nll", "ece"):
+                self.assertEqual(by_id[f"{metric}-by-round"]["series"],
+                                 ["mlp-a", "mlp-b", "cnn-c", "ensemble"])
+            # The timeline marks the failure and shows the retry.
+            tl = by_id["timeline"]
+            self.assertEqual(len(tl["legend"]), 5)
+            self.assertGreaterEqual(tl["crosses"], 1)
+            self.assertEqual(len(tl["spans"]), len(self.attempts))
+            self.assertTrue(any("mlp-a round 0 attempt 1 on cpu:" in s and ": failed" in s
+                                for s in tl["spans"]), tl["spans"])
+            self.assertTrue(any("mlp-a round 0 attempt 2" in s for s in tl["spans"]))
+            # The loss curves of the last round show; another round shows when chosen.
+            visible = b.run("""return Array.from(document.querySelectorAll(
+                '[data-round-panel]')).filter(function (p) { return !p.hidden; })
+                .map(function (p) { return p.dataset.round; });""")
+            self.assertEqual(visible, ["2"])
+            b.run("""var s = document.querySelector('select[data-panels]'); s.value = '0';
+                     s.dispatchEvent(new Event('change'));""")
+            visible = b.run("""return Array.from(document.querySelectorAll(
+                '[data-round-panel]')).filter(function (p) { return !p.hidden; })
+                .map(function (p) { return p.dataset.round; });""")
+            self.assertEqual(visible, ["0"])
+            # The ensemble's numbers are the journal's.
+            table = b.run("""return Array.from(document.querySelectorAll('#metrics table tr'))
+                .slice(1).map(function (r) { return Array.from(r.cells).map(
+                function (c) { return c.textContent; }); });""")
+            for row, r in zip(table, self.rounds):
+                self.assertEqual(row[0], str(r["round"]))
+                self.assertEqual(row[2], f"{r['test_accuracy']:.4f}")
+                self.assertEqual(row[3], f"{r['test_nll']:.4f}")
+                self.assertEqual(row[5], f"{r['test_ece']:.4f}")
+            # The reliability diagram is of the final ensemble: its ECE is the journal's.
+            self.assertIn(f"ECE {self.rounds[-1]['test_ece']:.4f}",
+                          by_id["reliability"]["title"][0])
+            # Acquired images: 16 per acquiring round, all decoded by the browser.
+            images = b.run("""return Array.from(document.querySelectorAll('figure.pick img'))
+                .map(function (i) { return [i.naturalWidth, i.naturalHeight]; });""")
+            self.assertEqual(images, [[28, 28]] * 32)
+            shot = os.path.join(SCRATCH, "report.png")
+            self.assertGreater(b.screenshot(shot, full_page=True), 50000)
+            b.element_screenshot("#timeline", os.path.join(SCRATCH, "report-timeline.png"))
+            self.assertEqual(b.console_errors(), [])
+            print(f"screenshot: {shot}", file=sys.stderr)
+
+    def test_console_errors_are_seen(self):
+        # The check above can fail: a page with a script error is reported.
+        why = browser.available()
+        if why:
+            self.skipTest(why)
+        bad = os.path.join(SCRATCH, "broken.html")
+        with open(bad, "w") as f:
+            f.write("<!DOCTYPE html><title>x</title><script>no_such_function();</script>")
+        with browser.Browser() as b:
+            b.open("file://" + bad)
+            errors = b.console_errors()
+        self.assertEqual(len(errors), 1, errors)
+        self.assertIn("no_such_function", errors[0]["message"])
+
+
+class ReportOfARunningRun(unittest.TestCase):
+    def test_says_running_and_reloads(self):
+        d = os.path.join(SCRATCH, "running")
+        config = loop_test.write_config(d, name="live", rounds=1, epochs=1000,
+                                        members=loop_test.MEMBERS[:1], devices=1,
+                                        strategy="entropy")
+        run_dir = os.path.join(d, "runs", "live")
+        proc = subprocess.Popen([COHORT, "run", config, "--plain"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: proc.poll() is not None or running_attempt(run_dir, "mlp-a"),
+                     "the attempt")
+            # Stopped, the controller still holds the run: it is running, mid-attempt.
+            os.kill(proc.pid, signal.SIGSTOP)
+            self.assertIsNone(proc.poll())
+            out = os.path.join(d, "live.html")
+            cohort("report", run_dir, "-o", out)
+            with open(out) as f:
+                html = f.read()
+            self.assertTrue('<meta http-equiv="refresh" content="30">' in html)
+            self.assertTrue(f"still running (controller pid {proc.pid})" in html)
+            self.assertTrue("<span class=\"status running\">running</span>" in html)
+            self.assertTrue("round 0 attempt 1 on cpu:0: running" in html)  # on the timeline
+            # --watch rewrites the file until the run ends.
+            watch = subprocess.Popen([COHORT, "report", run_dir, "-o", out, "--watch", "0.2"],
+                                     stdout=subprocess.PIPE, text=True)
+            time.sleep(1)
+            self.assertIsNone(watch.poll())
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.wait(timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr.read())
+            out_text, _ = watch.communicate(timeout=60)
+            self.assertEqual(watch.returncode, 0)
+            lines = out_text.splitlines()
+            self.assertGreaterEqual(len(lines), 3, lines)
+            self.assertIn("run live running", lines[0])
+            self.assertIn("run live finished", lines[-1])
+            with open(out) as f:
+                self.assertFalse("http-equiv=\"refresh\"" in f.read())
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+
+
+class BadInput(unittest.TestCase):
+    def test_missing_run_dir(self):
+        p = cohort("report", os.path.join(SCRATCH, "nope"), check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stderr.strip().splitlines(),
+                         [f"cohort: error: {SCRATCH}/nope: not a cohort run directory (no "
+                          "loop.toml and run.db)"])
+
+    def test_unwritable_output(self):
+        p = cohort("report", RUN, "-o", os.path.join(SCRATCH, "no-dir", "r.html"), check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("no-dir/r.html", p.stderr)
+
+
+def main():
+    global COHORT, SCRATCH, RUN
+    COHORT = os.path.abspath(sys.argv[1])
+    SCRATCH = os.path.abspath(sys.argv[2])
+    os.makedirs(SCRATCH, exist_ok=True)
+    loop_test.COHORT = COHORT
+    loop_test.SCRATCH = SCRATCH
+    loop_test.SOURCE = os.path.join(SCRATCH, "source-store")
+    loop_test.build_source(loop_test.SOURCE)
+    import shutil
+    shutil.rmtree(os.path.join(SCRATCH, "finished"), ignore_errors=True)
+    shutil.rmtree(os.path.join(SCRATCH, "running"), ignore_errors=True)
+    RUN = make_run()
+    unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
