@@ -34,7 +34,7 @@ MATRIX = {}  # (phase, kind) -> "recovered" or what went wrong
 
 
 def config_in(dir):
-    return write_config(dir, rounds=2, k=50, members=loop_test.MEMBERS[:2], heartbeat_timeout=3,
+    return write_config(dir, rounds=2, k=50, members=loop_test.MEMBERS[:2], heartbeat_timeout=10,
                         failure="retries = 1")
 
 
