@@ -238,7 +238,7 @@ class BadInput(CohortCase):
         self.assertEqual(self.cohort("--help").returncode, 0)
 
     def test_store_and_generation_errors(self):
-        self.fails("data", "info", os.path.join(self.dir, "missing"), mentions=["not a cohort store"])
+        self.fails("data", "info", os.path.join(self.dir, "missing"), mentions=["missing does not exist"])
         self.fails("data", "info", self.store, "--generation", "42", mentions=["generation 42"])
         self.fails("data", "init", self.store, mentions=["already"])
         self.fails("data", "export", self.store, "--table", "nope", "--out",
@@ -252,6 +252,8 @@ class BadInput(CohortCase):
                    mentions=["'x'"])
         self.fails("data", "split", self.store, "--from", "train", "--to", "pool",
                    "--count", "51", mentions=["51"])
+        self.fails("data", "split", self.store, "--from", "trian", "--to", "pool",
+                   "--count", "5", mentions=["(tables: train)", "did you mean 'train'?"])
         np.save(os.path.join(self.dir, "f.npy"), np.zeros((3, 10), np.float32))
         np.save(os.path.join(self.dir, "l.npy"), np.zeros(3, np.int64))
         self.fails("data", "import", self.store, "--table", "train", "--npy",

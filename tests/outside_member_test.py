@@ -79,7 +79,8 @@ class OutsideMembers(LoopCase):
 
         a = attempts(run_dir, "crashes-once")
         self.assertEqual([x["status"] for x in a], ["failed", "done"])
-        self.assertIn("exited with status 3", a[0]["exit"])
+        # The exit quotes the last non-empty line of member.log, not only its path.
+        self.assertIn("exited with status 3: crashing on purpose (log: ", a[0]["exit"])
 
         a = attempts(run_dir, "hangs")
         self.assertEqual([x["status"] for x in a], ["killed", "killed"])

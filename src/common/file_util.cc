@@ -56,6 +56,27 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
   return Status::OK();
 }
 
+std::string LastNonEmptyLine(const std::string& path) {
+  constexpr off_t kTail = 64 << 10;
+  constexpr size_t kMaxChars = 300;
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return "";
+  off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  if (size <= 0) return "";
+  off_t start = size > kTail ? size - kTail : 0;
+  std::string text(static_cast<size_t>(size - start), '\0');
+  ssize_t r = ::pread(fd.get(), text.data(), text.size(), start);
+  if (r <= 0) return "";
+  text.resize(static_cast<size_t>(r));
+  size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  size_t begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  std::string line = text.substr(begin, end + 1 - begin);
+  if (line.size() > kMaxChars) line = line.substr(0, kMaxChars) + "...";
+  return line;
+}
+
 Result<std::string> ReadFileToString(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::FromErrno("open " + path, errno);

@@ -64,6 +64,10 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
 // The whole content of the file at `path` ("open PATH: ..." / "read PATH: ..." on failure).
 Result<std::string> ReadFileToString(const std::string& path);
 
+// The last line of the file at `path` that is not blank, trailing whitespace removed and cut to
+// 300 characters; only the file's last 64 KiB are read. "" when the file is missing or blank.
+std::string LastNonEmptyLine(const std::string& path);
+
 // The directory holding `path`: "a/b" -> "a", "b" -> ".", "/b" -> "/". Trailing slashes are
 // ignored, so "a/b/" -> "a" as well.
 std::string ParentDir(const std::string& path);

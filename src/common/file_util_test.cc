@@ -97,6 +97,21 @@ TEST_F(FileUtilTest, ReadFileToString) {
   EXPECT_NE(missing.message().find("open " + Path("missing")), std::string::npos);
 }
 
+TEST_F(FileUtilTest, LastNonEmptyLine) {
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("log"), {Bytes("Traceback:\n  x\nValueError: bad y\r\n\n  \n")})
+          .ok());
+  EXPECT_EQ(LastNonEmptyLine(Path("log")), "ValueError: bad y");
+  ASSERT_TRUE(WriteFileAtomically(Path("one"), {Bytes("only")}).ok());
+  EXPECT_EQ(LastNonEmptyLine(Path("one")), "only");
+  ASSERT_TRUE(WriteFileAtomically(Path("blank"), {Bytes("\n\n")}).ok());
+  EXPECT_EQ(LastNonEmptyLine(Path("blank")), "");
+  EXPECT_EQ(LastNonEmptyLine(Path("missing")), "");
+  std::string long_line(70000, 'a');
+  ASSERT_TRUE(WriteFileAtomically(Path("long"), {Bytes(long_line)}).ok());
+  EXPECT_EQ(LastNonEmptyLine(Path("long")), std::string(300, 'a') + "...");
+}
+
 TEST_F(FileUtilTest, ParentDir) {
   EXPECT_EQ(ParentDir("a/b"), "a");
   EXPECT_EQ(ParentDir("a/b/c.npy"), "a/b");

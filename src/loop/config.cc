@@ -790,8 +790,8 @@ void ParseStop(Errors* e, Reader& r, StopConfig* stop) {
 void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
   const TV* t = r.Table("failure");
   Reader f(e, t, "failure.", t ? LineOf(*t) : 1,
-           {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s",
-            "memory_limit_gb", "log_limit_mb"});
+           {"retries", "min_members", "heartbeat_timeout_s", "attempt_timeout_s", "memory_limit_gb",
+            "log_limit_mb"});
   FailureConfig& failure = c->failure;
   f.Int("retries", &failure.retries, 0);
   const auto members = static_cast<int64_t>(c->members.size());
@@ -1110,6 +1110,17 @@ std::vector<ConfigChange> DiffLoopConfigs(const LoopConfig& before, const LoopCo
   return out;
 }
 
+// How to start afresh instead of resuming: a new name moves the run only when run_dir is the
+// default runs/NAME; a config that sets run_dir must set another one.
+static std::string NewRunAdvice(const LoopConfig& config) {
+  fs::path dir = fs::path(config.run_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  bool default_dir = dir.filename() == config.name && dir.parent_path().filename() == "runs";
+  if (default_dir) return "start a new run with another name instead";
+  return "start a new run instead: this config sets run_dir = " + config.run_dir +
+         ", so change run_dir (a new name alone keeps the same directory)";
+}
+
 Status CheckResumeCompatible(const LoopConfig& old_config, const LoopConfig& new_config) {
   for (const auto& change : DiffLoopConfigs(old_config, new_config)) {
     if (change.safe_on_resume) continue;
@@ -1117,8 +1128,8 @@ Status CheckResumeCompatible(const LoopConfig& old_config, const LoopConfig& new
         new_config.path + ": " + change.field + ": changed from " + change.before + " to " +
         change.after +
         ", which a resume cannot take (it may change only devices, threads_per_cpu_device, "
-        "members_per_device, launcher, run_dir, [stop] and [failure]); start a new run with "
-        "another name instead");
+        "members_per_device, launcher, run_dir, [stop] and [failure]); " +
+        NewRunAdvice(new_config));
   }
   return Status::OK();
 }

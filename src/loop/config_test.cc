@@ -516,7 +516,18 @@ TEST(LoopConfigTest, ResumeCompatibility) {
     EXPECT_EQ(s.message().rfind("loop.toml: " + c.field + ": changed from ", 0), 0u) << s.message();
     auto changed = ParseLoopConfig(c.text, "loop.toml", "/b");
     EXPECT_NE(LoopConfigFingerprint(*old_config), LoopConfigFingerprint(*changed)) << c.field;
+    EXPECT_NE(s.message().find("start a new run with another name instead"), std::string::npos);
   }
+  // A config that sets run_dir: a new name would not move the run, so the advice says run_dir.
+  std::string with_dir = Replace(kFull, "name = \"demo\"", "name = \"demo\"\nrun_dir = \"out/x\"");
+  auto old_with_dir = ParseLoopConfig(with_dir, "loop.toml", "/b");
+  ASSERT_TRUE(old_with_dir.ok()) << old_with_dir.status().ToString();
+  auto new_with_dir = ParseLoopConfig(Replace(with_dir, "seed = 2", "seed = 3"), "loop.toml", "/b");
+  ASSERT_TRUE(new_with_dir.ok());
+  Status s = CheckResumeCompatible(*old_with_dir, *new_with_dir);
+  EXPECT_NE(s.message().find("this config sets run_dir = /b/out/x, so change run_dir"),
+            std::string::npos)
+      << s.message();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/worker_protocol.h"
 #include "loop/script_member.h"
@@ -401,9 +402,8 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
         a.step = WorkerStep::kPredictTest;
         if (fatal_.ok()) fatal_ = SendNext(slot);
       } else {
-        std::string problem =
-            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool,
-                                    a.task.member->name);
+        std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_,
+                                                      a.task.predict_pool, a.task.member->name);
         if (problem.empty()) {
           EndAttempt(slot, AttemptStatus::kDone, "done");
         } else {
@@ -487,8 +487,8 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   open_logs_.erase(log_path);
   std::string log = " (log: " + log_path + ")";
   if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) {
-    std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true,
-                                                    a.task.member->name);
+    std::string problem =
+        CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true, a.task.member->name);
     if (problem.empty()) {
       a.predict_seconds = 0;
       EndAttempt(slot, AttemptStatus::kDone, "exit 0");
@@ -499,7 +499,13 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   }
   std::string why = info.ToString();
   if (!a.timeout_reason.empty()) why = a.timeout_reason + " (" + why + ")";
-  if (!a.script_error.empty()) why += ": " + a.script_error;
+  if (!a.script_error.empty()) {
+    why += ": " + a.script_error;
+  } else if (!KilledByUs(info)) {
+    // What the script said last on stderr is most often the error (a Python traceback's end).
+    std::string last = LastNonEmptyLine(log_path);
+    if (!last.empty()) why += ": " + last;
+  }
   EndAttempt(slot, KilledByUs(info) ? AttemptStatus::kKilled : AttemptStatus::kFailed,
              KilledByUs(info) ? "script " + why + log : WithMemoryLimit("script " + why + log));
 }
@@ -621,8 +627,7 @@ void Scheduler::CapLogs() {
   for (auto& slot : slots_) {
     std::string path;
     if (slot->attempt && slot->attempt->is_script()) {
-      path = paths_.Absolute(
-          RunPaths::AttemptFile(slot->attempt->dir, protocol::file::kMemberLog));
+      path = paths_.Absolute(RunPaths::AttemptFile(slot->attempt->dir, protocol::file::kMemberLog));
     } else if (slot->worker) {
       path = paths_.Absolute(slot->log_path);
     } else {
@@ -648,8 +653,8 @@ void Scheduler::RotateLog(const std::string& path) {
     return;
   }
   uint64_t limit = options_.log_limit_bytes;
-  std::string size = limit % (1 << 20) == 0 ? fmt::format("{} MB", limit >> 20)
-                                             : fmt::format("{} bytes", limit);
+  std::string size =
+      limit % (1 << 20) == 0 ? fmt::format("{} MB", limit >> 20) : fmt::format("{} bytes", limit);
   AppendLog(path, fmt::format("[cohort: this log passed {}; its earlier part is in {}.1, older "
                               "parts are dropped (failure.log_limit_mb)]",
                               size, fs::path(path).filename().string()));

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/closest_name.h"
 #include "common/file_util.h"
 
 namespace cohort::store {
@@ -388,17 +389,14 @@ Status ValueError(const std::string& where, const std::string& column, std::stri
   return Status::OK();
 }
 
+// Every column, so that the right one is in the list however wide the header is.
 std::string ListColumns(const std::vector<std::string>& names) {
-  constexpr size_t kMaxListed = 20;
   std::string s;
-  for (size_t i = 0; i < names.size() && i < kMaxListed; i++) {
+  for (size_t i = 0; i < names.size(); i++) {
     if (i > 0) s += ", ";
     s += '\'';
     s += Excerpt(names[i]);
     s += '\'';
-  }
-  if (names.size() > kMaxListed) {
-    s += ", ... (" + std::to_string(names.size()) + " columns)";
   }
   return s;
 }
@@ -471,8 +469,10 @@ Result<size_t> FindLabelColumn(const std::vector<std::string>& names,
     }
   }
   if (matches == 0) {
-    return Status::InvalidArgument(path + ": no column named '" + label_column +
-                                   "' (columns: " + ListColumns(names) + ")");
+    std::string closest = ClosestName(label_column, names);
+    return Status::InvalidArgument(path + ": no column named '" + label_column + "'" +
+                                   (closest.empty() ? "" : "; did you mean '" + closest + "'?") +
+                                   " (columns: " + ListColumns(names) + ")");
   }
   if (matches > 1) {
     return Status::InvalidArgument(path + ": column name '" + label_column + "' appears " +

@@ -617,6 +617,17 @@ TEST_F(ImportTest, CsvMissingLabelColumn) {
   EXPECT_TRUE(ds.status().IsInvalidArgument());
   EXPECT_TRUE(ErrorHas(ds.status(), path + ": no column named 'label' (columns: 'a', 'b', 'c')"));
 
+  // A typo in a wide header: every column is listed, and the closest one suggested.
+  std::string header, row;
+  for (int c = 0; c < 30; c++) {
+    header += "f" + std::to_string(c) + ",";
+    row += "1,";
+  }
+  path = WriteFile("wide.csv", header + "species\n" + row + "2\n");
+  auto wide = ReadCsvDataset(path, Label("specis"));
+  EXPECT_TRUE(ErrorHas(wide.status(), "no column named 'specis'; did you mean 'species'?"));
+  EXPECT_TRUE(ErrorHas(wide.status(), "'f29', 'species')"));
+
   path = WriteFile("dup.csv", "a,a\n1,2\n");
   EXPECT_TRUE(ErrorHas(ReadCsvDataset(path, Label("a")).status(), "appears 2 times"));
 

@@ -288,6 +288,7 @@ Result<uint64_t> ReadCurrent(Env* env, const std::string& dir) {
   auto text = env->ReadFileToString(path);
   if (!text.ok()) {
     if (text.status().IsNotFound()) {
+      if (!env->FileExists(dir)) return Status::NotFound(dir + " does not exist");
       return Status::NotFound(dir +
                               " is not a cohort store (no CURRENT file; create one with "
                               "`cohort data init`)");

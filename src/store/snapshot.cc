@@ -4,6 +4,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "common/closest_name.h"
+
 namespace cohort::store {
 
 namespace {
@@ -215,9 +217,11 @@ Result<const Table*> Snapshot::table(const std::string& name) const {
   if (it == tables_.end()) {
     std::string have;
     for (const auto& [n, t] : tables_) have += (have.empty() ? "" : ", ") + n;
+    std::string closest = ClosestName(name, table_names());
     return Status::NotFound("table '" + name + "' does not exist in generation " +
                             std::to_string(generation()) + " of " + dir_ +
-                            (have.empty() ? " (it has no tables)" : " (tables: " + have + ")"));
+                            (have.empty() ? " (it has no tables)" : " (tables: " + have + ")") +
+                            (closest.empty() ? "" : "; did you mean '" + closest + "'?"));
   }
   return it->second.get();
 }

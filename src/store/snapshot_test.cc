@@ -54,7 +54,10 @@ TEST(SnapshotTest, MissingGenerationAndMissingStore) {
   EXPECT_NE(snap.status().message().find("generation 7"), std::string::npos);
   auto nostore = Snapshot::Open(dir + "/nope");
   EXPECT_TRUE(nostore.status().IsNotFound());
-  EXPECT_NE(nostore.status().message().find("not a cohort store"), std::string::npos);
+  EXPECT_EQ(nostore.status().message(), dir + "/nope does not exist");
+  // A directory that exists but holds no store is told apart from a path that is not there.
+  auto notstore = Snapshot::Open(dir + "/..");
+  EXPECT_NE(notstore.status().message().find("not a cohort store"), std::string::npos);
 }
 
 TEST(SnapshotTest, UncommittedGenerationIsNotOpened) {
@@ -76,6 +79,10 @@ TEST(SnapshotTest, UnknownTableListsTheTablesThatExist) {
   auto t = (*snap)->table("pool");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tables: train"), std::string::npos);
+  EXPECT_EQ(t.status().message().find("did you mean"), std::string::npos);
+  auto typo = (*snap)->table("trian");
+  EXPECT_NE(typo.status().message().find("(tables: train); did you mean 'train'?"),
+            std::string::npos);
 }
 
 TEST(SnapshotTest, TruncatedSegmentIsNamed) {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/closest_name.h"
 #include "common/time_text.h"
 
 namespace cohort::store {
@@ -199,20 +200,28 @@ Status Transaction::CleanUpLeftovers() {
   return removed ? env_->SyncDir(dir_) : Status::OK();
 }
 
+// "table 'x' does not exist", with the tables that do and the closest of them.
+Status Transaction::UnknownTable(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& [n, t] : tables_) names.push_back(n);
+  std::string have;
+  for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+  std::string closest = ClosestName(name, names);
+  return Status::NotFound("table '" + name + "' does not exist in " + dir_ +
+                          (have.empty() ? " (it has no tables)" : " (tables: " + have + ")") +
+                          (closest.empty() ? "" : "; did you mean '" + closest + "'?"));
+}
+
 Result<Transaction::TableState*> Transaction::MutableTable(const std::string& name) {
   if (committed_) return Status::InvalidArgument("transaction on " + dir_ + " already committed");
   auto it = tables_.find(name);
-  if (it == tables_.end()) {
-    return Status::NotFound("table '" + name + "' does not exist in " + dir_);
-  }
+  if (it == tables_.end()) return UnknownTable(name);
   return it->second.get();
 }
 
 Result<const Transaction::TableState*> Transaction::FindTable(const std::string& name) const {
   auto it = tables_.find(name);
-  if (it == tables_.end()) {
-    return Status::NotFound("table '" + name + "' does not exist in " + dir_);
-  }
+  if (it == tables_.end()) return UnknownTable(name);
   return it->second.get();
 }
 

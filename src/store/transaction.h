@@ -103,6 +103,7 @@ class Transaction {
   Status CleanUpLeftovers();
   Result<TableState*> MutableTable(const std::string& name);
   Result<const TableState*> FindTable(const std::string& name) const;
+  Status UnknownTable(const std::string& name) const;
   // Writes one segment of `rows` samples from row-major buffers; the new files are synced.
   Result<SegmentEntry> WriteSegment(const std::string& table, const TableSchema& schema,
                                     uint64_t rows, const std::byte* x, const std::byte* y,

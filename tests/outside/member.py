@@ -27,7 +27,7 @@ def main():
     r = cohort_member.Round.from_env()
     behaviour = r.config.get("behaviour", "ok")
     if behaviour == "crash-first" and r.attempt == 1:
-        print("crashing on purpose", file=sys.stderr)
+        print("crashing on purpose\n", file=sys.stderr)
         sys.exit(3)
     if behaviour == "hang":
         while True:
