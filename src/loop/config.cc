@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string_view>
 #include <toml.hpp>
+#include <tuple>
 #include <utility>
 
 #include "common/closest_name.h"
@@ -618,6 +619,23 @@ bool ParseScriptMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
 }
 
 // A native member: TrainConfig fields on top of [defaults], checked now.
+// `classes = N` and a final `dense N` say the same thing: refused when they disagree, at the
+// `model` line, naming where `classes` is set.
+void CheckClassesAgree(Errors* e, const model::TrainConfig& train, const SettingSource& where) {
+  if (!e->ok() || train.classes <= 0) return;
+  auto spec = model::ParseModelSpec(train.model, train.member);
+  if (!spec.ok() || spec->layers.empty()) return;
+  const model::LayerSpec& last = spec->layers.back();
+  if (last.kind != model::LayerKind::kDense || last.units == train.classes) return;
+  auto [line, field] = where.Locate("model");
+  auto [classes_line, classes_field] = where.Locate("classes");
+  e->Fail(line, field,
+          "the final layer '" + last.text + "' has " + std::to_string(last.units) + " units but " +
+              classes_field + " = " + std::to_string(train.classes) + " (line " +
+              std::to_string(classes_line) + "); the output layer needs one unit per class, so " +
+              "make them agree");
+}
+
 bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& prefix,
                        const std::vector<std::string>& loop_keys, const MemberDefaults& defaults,
                        MemberConfig* member) {
@@ -634,6 +652,8 @@ bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
     CheckModel(e, member->train.model, member->name, mr.KeyLine("model"), prefix + "model");
   }
   CheckTrainValues(e, member->train, where);
+  CheckClassesAgree(e, member->train, where);
+  std::tie(member->model_line, member->model_field) = where.Locate("model");
   return true;
 }
 

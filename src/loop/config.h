@@ -52,6 +52,10 @@ struct MemberConfig {
   model::TrainConfig train;
   bool warm_start = false;  // continue from the member's checkpoint of the previous round
   int line = 0;             // the [[member]] header's line, for later messages
+  // Native members: where `model` is set (the member's table or [defaults]) and the field as
+  // messages name it ("member[2].model", "defaults.model"), for shape errors found later.
+  int model_line = 0;
+  std::string model_field;
 };
 
 struct AcquisitionConfig {

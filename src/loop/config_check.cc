@@ -14,6 +14,13 @@ std::string MemberWhere(const LoopConfig& config, size_t index) {
   return fmt::format("{}:{}: member[{}]", config.path, config.members[index].line, index + 1);
 }
 
+// "loop.toml:25: member[2].model" (or "defaults.model"): where the member's model is set.
+std::string ModelWhere(const LoopConfig& config, size_t index) {
+  const MemberConfig& m = config.members[index];
+  if (m.model_line == 0 || m.model_field.empty()) return MemberWhere(config, index) + ".model";
+  return fmt::format("{}:{}: {}", config.path, m.model_line, m.model_field);
+}
+
 }  // namespace
 
 Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& snap) {
@@ -66,12 +73,11 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
     }
     auto spec = model::ParseModelSpec(m.train.model, m.name);
     if (!spec.ok()) {
-      return Status::InvalidArgument(MemberWhere(config, i) + ".model: " + spec.status().message());
+      return Status::InvalidArgument(ModelWhere(config, i) + ": " + spec.status().message());
     }
     auto shapes = model::InferShapes(*spec, meta->input_shape, meta->outputs, m.name);
     if (!shapes.ok()) {
-      return Status::InvalidArgument(MemberWhere(config, i) +
-                                     ".model: " + shapes.status().message());
+      return Status::InvalidArgument(ModelWhere(config, i) + ": " + shapes.status().message());
     }
   }
   return Status::OK();

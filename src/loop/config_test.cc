@@ -275,6 +275,23 @@ TEST(LoopConfigTest, BadModelSpec) {
             "dir/loop.toml:25: member[2].model: layer 1 'dense x': 'x' is not a positive integer");
 }
 
+TEST(LoopConfigTest, ClassesMustAgreeWithTheFinalDense) {
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epochs = 3\nclasses = 3")),
+            "dir/loop.toml:21: member[1].model: the final layer 'dense 10' has 10 units but "
+            "defaults.classes = 3 (line 14); the output layer needs one unit per class, so make "
+            "them agree");
+  EXPECT_EQ(Error(Replace(kFull, "seed = 2", "seed = 2\nclasses = 4")),
+            "dir/loop.toml:25: member[2].model: the final layer 'dense 10' has 10 units but "
+            "member[2].classes = 4 (line 27); the output layer needs one unit per class, so make "
+            "them agree");
+  auto agree = ParseLoopConfig(Replace(kFull, "epochs = 3", "epochs = 3\nclasses = 10"),
+                               "dir/loop.toml", "/b");
+  ASSERT_TRUE(agree.ok()) << agree.status().ToString();
+  // Where each member's model is set, for the shape errors the store check finds later.
+  EXPECT_EQ(agree->members[0].model_line, 21);
+  EXPECT_EQ(agree->members[0].model_field, "member[1].model");
+}
+
 TEST(LoopConfigTest, BadTrainValue) {
   EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epochs = 0")),
             "dir/loop.toml:13: defaults.epochs: must be at least 1, got 0");
