@@ -238,7 +238,10 @@ class ClosedLoop(LoopCase):
         self.run_loop(config)
         self.assertEqual(outcome(run_dir), first)
         write_config(self.dir, rounds=4, k=100)
-        self.run_loop(config)
+        proc = self.run_loop(config)
+        # The header of the round that trains again names its labels and the last accuracy.
+        self.assertRegex(proc.stdout, r"round 2  generation \d+  labels 500  last test accuracy ")
+        self.assertNotIn("labels 0", proc.stdout)
         s = self.status(run_dir)
         self.assertEqual([r["labels"] for r in s["rounds"]], [300, 400, 500, 600])
         self.assertEqual(s["status"], "finished")

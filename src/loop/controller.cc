@@ -393,8 +393,8 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   }
   MemberPlan plan =
       PlanMembers(config_, attempts, retry_failed, !last, previous, run_.paths.root, results);
-  if (!retry_failed && static_cast<int64_t>(CountDone(*results) + plan.tasks.size()) <
-                           config_.failure.min_members) {
+  if (!retry_failed &&
+      static_cast<int64_t>(CountDone(*results) + plan.tasks.size()) < config_.failure.min_members) {
     // The round had failed already, though the journal could not say so (its disk was full,
     // the controller died right then): this start retries it, as rerunning a failed round
     // does, instead of failing it again on attempts already counted.
@@ -435,8 +435,9 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
                   round, tasks.size()));
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
-  display_->StartRound(round, generation, 0, last_accuracy_, names);
   COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
+  display_->StartRound(round, generation, static_cast<int64_t>(t.train->size()), last_accuracy_,
+                       names);
   PhaseStats stats;
   std::vector<MemberResult> fresh(results->size());
   COHORT_RETURN_IF_ERROR(
@@ -483,6 +484,12 @@ Result<EnsembleMetrics> Controller::ScoreEnsemble(int64_t round, const Tables& t
       auto view, MakeEnsemblePredictions(test.data, test.members, test.samples, test.classes));
   COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics,
                           ComputeEnsembleMetrics(view, ClassLabelsOf(*t.test)));
+  // A finished member's line shows its own test accuracy while the block is up.
+  for (size_t m = 0; m < test.member_index.size(); ++m) {
+    if (test.member_index[m] < display_->member_count()) {
+      display_->member(test.member_index[m]).accuracy = metrics.members[m].accuracy;
+    }
+  }
   if (record_members) {
     for (size_t m = 0; m < test.member_index.size(); ++m) {
       COHORT_RETURN_IF_ERROR(run_.journal->RecordMemberMetrics(
@@ -579,8 +586,11 @@ Result<RunOutcome> Controller::RunRounds() {
   int64_t round = resume.round;
   uint64_t generation = resume.generation;
   bool reconsider = resume.reconsider;
+  // The header keeps the last test accuracy the run measured, though the round resumed has none.
+  for (const RoundRecord& r : rounds) {
+    if (r.test.accuracy) last_accuracy_ = r.test.accuracy;
+  }
   if (resume.last) {
-    if (resume.last->test.accuracy) last_accuracy_ = resume.last->test.accuracy;
     if (reconsider) reconsidered_timings_ = resume.last->timings;
   }
 

@@ -1,8 +1,10 @@
 #include "loop/display.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +41,40 @@ bool ColorWanted() {
   return term == nullptr || std::strcmp(term, "dumb") != 0;
 }
 
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool Running(MemberLine::State s) {
+  return s == MemberLine::State::kStarting || s == MemberLine::State::kTraining ||
+         s == MemberLine::State::kPredicting;
+}
+
 }  // namespace
+
+std::string CutToWidth(const std::string& line, int width) {
+  if (width <= 0) return line;
+  std::string out;
+  int columns = 0;
+  bool painted = false;
+  for (size_t i = 0; i < line.size();) {
+    if (line[i] == '\x1b') {  // a colour sequence: ESC [ ... m, kept whole
+      size_t end = line.find('m', i);
+      end = end == std::string::npos ? line.size() : end + 1;
+      out.append(line, i, end - i);
+      painted = true;
+      i = end;
+      continue;
+    }
+    // A UTF-8 continuation byte belongs to the character before it.
+    bool continuation = (static_cast<unsigned char>(line[i]) & 0xC0) == 0x80;
+    if (!continuation && columns == width) break;
+    if (!continuation) columns++;
+    out += line[i++];
+  }
+  if (painted && out.size() < line.size()) out += "\x1b[0m";
+  return out;
+}
 
 std::string FormatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -73,14 +108,70 @@ std::string Display::Render(const MemberLine& m) const {
                                                               : "36";
   line += Paint(color, fmt::format("{:<10}", state));
   if (m.state == MemberLine::State::kTraining && m.epochs > 0) {
-    line += fmt::format(" epoch {}/{} step {}/{}", m.epoch, m.epochs, m.step, m.steps);
+    line += fmt::format(" epoch {}/{}", m.epoch, m.epochs);
+    // Outside members may report epochs only.
+    if (m.steps > 0) line += fmt::format(" step {}/{}", m.step, m.steps);
     if (m.loss) line += fmt::format(" loss {:.4f}", *m.loss);
     if (m.samples_per_second) line += fmt::format(" {:.0f} samples/s", *m.samples_per_second);
     if (m.eta_s) line += " eta " + FormatDuration(*m.eta_s);
   }
+  if (m.state == MemberLine::State::kPredicting && m.since != Clock::time_point{}) {
+    line += " " + FormatDuration(SecondsSince(m.since));
+  }
+  if (m.state == MemberLine::State::kDone && m.accuracy) {
+    line += fmt::format(" test accuracy {:.4f}", *m.accuracy);
+  }
   if (!m.note.empty()) line += " " + m.note;
   if (m.retries > 0) line += Paint("33", fmt::format(" (retries {})", m.retries));
   return line;
+}
+
+// The time left in the round: the slowest running member's ETA, plus a member's typical time
+// for each further wave the queued members need. None when nothing is known yet.
+std::optional<double> Display::RoundEta() const {
+  int running = 0, queued = 0, done = 0, estimated = 0;
+  double slowest = 0, done_seconds = 0, expected_seconds = 0;
+  for (const MemberLine& m : members_) {
+    if (m.state == MemberLine::State::kQueued) queued++;
+    if (m.state == MemberLine::State::kDone && m.seconds) {
+      done++;
+      done_seconds += *m.seconds;
+    }
+    if (!Running(m.state)) continue;
+    running++;
+    if (m.eta_s && m.started != Clock::time_point{}) {
+      slowest = std::max(slowest, *m.eta_s);
+      expected_seconds += SecondsSince(m.started) + *m.eta_s;
+      estimated++;
+    }
+  }
+  if (running == 0 || (estimated == 0 && (queued == 0 || done == 0))) return std::nullopt;
+  if (queued == 0) return slowest;
+  double typical = done > 0 ? done_seconds / done : expected_seconds / estimated;
+  return slowest + std::ceil(static_cast<double>(queued) / running) * typical;
+}
+
+// "members 2 done, 1 running, 3 queued  elapsed 1m05s  round eta 2m10s".
+std::string Display::RunLine() const {
+  int done = 0, running = 0, queued = 0, failed = 0;
+  for (const MemberLine& m : members_) {
+    done += m.state == MemberLine::State::kDone;
+    running += Running(m.state);
+    queued += m.state == MemberLine::State::kQueued;
+    failed += m.state == MemberLine::State::kFailed;
+  }
+  std::string line = fmt::format("members {} done, {} running, {} queued", done, running, queued);
+  if (failed > 0) line += fmt::format(", {} failed", failed);
+  line += "  elapsed " + FormatDuration(SecondsSince(round_started_));
+  if (auto eta = RoundEta()) line += "  round eta " + FormatDuration(*eta);
+  return line;
+}
+
+int Display::Width() const {
+  if (options_.width >= 0) return options_.width;
+  struct winsize ws {};
+  if (::ioctl(::fileno(out_), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 0;
 }
 
 void Display::Erase() {
@@ -93,10 +184,14 @@ void Display::Erase() {
 
 void Display::Draw() {
   if (header_.empty()) return;
-  std::string block = Paint("1", header_) + "\n";
-  for (const MemberLine& m : members_) block += Render(m) + "\n";
+  // Every line fits the terminal: a wrapped line would throw the erase's line count off and
+  // leave stale lines behind.
+  const int width = Width();
+  std::string block = CutToWidth(Paint("1", header_), width) + "\n";
+  block += CutToWidth("  " + RunLine(), width) + "\n";
+  for (const MemberLine& m : members_) block += CutToWidth(Render(m), width) + "\n";
   std::fputs(block.c_str(), out_);
-  drawn_lines_ = 1 + static_cast<int>(members_.size());
+  drawn_lines_ = 2 + static_cast<int>(members_.size());
   std::fflush(out_);
   last_draw_ = Clock::now();
 }
@@ -115,6 +210,7 @@ void Display::StartRound(int64_t round, uint64_t generation, int64_t labels,
   header_ = fmt::format("round {}  generation {}  labels {}", round, generation, labels);
   if (last_accuracy) header_ += fmt::format("  last test accuracy {:.4f}", *last_accuracy);
   members_.clear();
+  round_started_ = Clock::now();
   for (const std::string& name : members) {
     MemberLine line;
     line.name = name;
@@ -139,6 +235,7 @@ void Display::Refresh(bool force) {
   }
   if (!force && now - last_plain_ < options_.plain_interval) return;
   last_plain_ = now;
+  if (!header_.empty()) std::fprintf(out_, "  %s\n", RunLine().c_str());
   for (const MemberLine& m : members_) {
     if (m.state == MemberLine::State::kTraining || m.state == MemberLine::State::kPredicting ||
         m.state == MemberLine::State::kStarting) {
@@ -163,6 +260,7 @@ void DisplayProgress::AttemptStarted(const AttemptRef& a) {
   line.device = a.slot;
   line.attempt = a.attempt;
   line.state = MemberLine::State::kStarting;
+  line.started = line.since = std::chrono::steady_clock::now();
 }
 
 void DisplayProgress::Training(const AttemptRef& a, const TrainingProgress& p) {
@@ -179,6 +277,9 @@ void DisplayProgress::Training(const AttemptRef& a, const TrainingProgress& p) {
 
 void DisplayProgress::Predicting(const AttemptRef& a) {
   MemberLine& line = display_->member(a.member);
+  if (line.state != MemberLine::State::kPredicting) {
+    line.since = std::chrono::steady_clock::now();
+  }
   line.state = MemberLine::State::kPredicting;
   line.eta_s.reset();
 }
@@ -186,6 +287,7 @@ void DisplayProgress::Predicting(const AttemptRef& a) {
 void DisplayProgress::AttemptDone(const AttemptRef& a, double seconds) {
   MemberLine& line = display_->member(a.member);
   line.state = MemberLine::State::kDone;
+  line.seconds = seconds;
   line.note = "in " + FormatDuration(seconds);
 }
 

@@ -1,11 +1,13 @@
 // Display: what `cohort run` shows while it goes.
 //
-// On a terminal: a round header and one line per member (device, state, epoch/step, loss,
-// samples/s, ETA, retries), redrawn in place at most every 200 ms, with notes (a member
-// finished, failed, a round committed) scrolling above it; colours unless NO_COLOR is set
-// (https://no-color.org) or TERM is "dumb". Anywhere else (a file, a pipe, CI): plain lines,
-// one per note, plus every `plain_interval` one line per running member, never a control
-// sequence.
+// On a terminal: a round header, a run line (members done/running/queued, the round's elapsed
+// time and ETA) and one line per member (device, state, epoch/step, loss, samples/s, ETA,
+// retries; seconds spent predicting; test accuracy once known), each cut to the terminal's
+// width (asked at every redraw, so a resized window is followed), redrawn in place at most
+// every 200 ms, with notes (a member finished, failed, a round committed) scrolling above it;
+// colours unless NO_COLOR is set (https://no-color.org) or TERM is "dumb". Anywhere else (a file, a
+// pipe, CI): plain lines, one per note, plus every `plain_interval` one line per running member,
+// never a control sequence.
 //
 // Thread-safety: used by the controller thread only.
 #pragma once
@@ -39,7 +41,11 @@ struct MemberLine {
   std::optional<double> loss;
   std::optional<double> samples_per_second;
   std::optional<double> eta_s;
-  std::string note;  // "in 1m05s" when done, the reason when failed
+  std::string note;                                 // "in 1m05s" when done, the reason when failed
+  std::chrono::steady_clock::time_point started{};  // the attempt's start
+  std::chrono::steady_clock::time_point since{};    // the current state's start (predicting)
+  std::optional<double> seconds;                    // the attempt's time, when done
+  std::optional<double> accuracy;                   // the member's test accuracy, when known
 };
 
 struct DisplayOptions {
@@ -48,6 +54,9 @@ struct DisplayOptions {
   // -1: decide from NO_COLOR and TERM.
   int color = -1;
   std::chrono::milliseconds plain_interval{30000};
+  // Terminal columns lines are cut to; -1: ask the terminal (TIOCGWINSZ) at each redraw; 0:
+  // no cut.
+  int width = -1;
 };
 
 class Display {
@@ -65,6 +74,7 @@ class Display {
   void StartRound(int64_t round, uint64_t generation, int64_t labels,
                   std::optional<double> last_accuracy, const std::vector<std::string>& members);
   MemberLine& member(size_t index) { return members_.at(index); }
+  size_t member_count() const { return members_.size(); }
   // Redraws (terminal) or prints the periodic lines (plain) when it is time; `force` now.
   void Refresh(bool force = false);
   // Removes the live block (before the program's last lines).
@@ -73,7 +83,10 @@ class Display {
  private:
   void Erase();
   void Draw();
+  int Width() const;
   std::string Render(const MemberLine& m) const;
+  std::string RunLine() const;
+  std::optional<double> RoundEta() const;
   std::string Paint(const char* code, const std::string& text) const;
 
   FILE* out_;
@@ -83,6 +96,7 @@ class Display {
   std::string header_;
   std::vector<MemberLine> members_;
   int drawn_lines_ = 0;
+  std::chrono::steady_clock::time_point round_started_{};
   std::chrono::steady_clock::time_point last_draw_{};
   std::chrono::steady_clock::time_point last_plain_{};
 };
@@ -106,5 +120,9 @@ class DisplayProgress : public ProgressObserver {
 
 // "1m05s", "2h03m", "42s".
 std::string FormatDuration(double seconds);
+
+// `line` cut to `width` visible columns (colour sequences kept and not counted, a colour left
+// open is closed); `width` <= 0 leaves it whole.
+std::string CutToWidth(const std::string& line, int width);
 
 }  // namespace cohort::loop
