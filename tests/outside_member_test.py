@@ -98,6 +98,12 @@ class OutsideMembers(LoopCase):
         self.assertIn("exited 0 without writing predictions-pool.npy", a[0]["exit"])
         self.assertIn("forgets", proc.stdout)
 
+        # Its `done` epochs carry no lr: the journal says NULL, not 0.0.
+        db = journal(run_dir)
+        lrs = db.execute("SELECT lr FROM epochs JOIN attempts ON attempts.id = attempt_id "
+                         "WHERE member = 'env'").fetchall()
+        db.close()
+        self.assertEqual([tuple(r) for r in lrs], [(None,)])
         env = json.loads(read(run_dir, "members", "env", "round-0000", "attempt-1", "env.json"))
         self.assertEqual(env["CUDA_VISIBLE_DEVICES"], "")
         self.assertEqual(env["OMP_NUM_THREADS"], "1")

@@ -1,8 +1,7 @@
 #include "loop/journal.h"
 
-#include <sqlite3.h>
-
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <cmath>
 #include <filesystem>
@@ -353,16 +352,17 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
     std::error_code ec;
     if (!fs::exists(path, ec)) return Status::NotFound(path + ": no journal");
     if (fs::file_size(path, ec) == 0 && !ec) {
-      return Status::InvalidArgument(path + ": the journal is an empty file (a run that never "
-                                            "started, or a damaged one)");
+      return Status::InvalidArgument(path +
+                                     ": the journal is an empty file (a run that never "
+                                     "started, or a damaged one)");
     }
   }
   for (bool immutable : {false, true}) {
     if (immutable && !options.read_only) break;
     sqlite3* db = nullptr;
-    int flags = SQLITE_OPEN_NOMUTEX |
-                (options.read_only ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
-                                   : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    int flags =
+        SQLITE_OPEN_NOMUTEX | (options.read_only ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+                                                 : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     std::string name = options.read_only ? FileUri(path, immutable) : path;
     int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
     std::unique_ptr<Journal> j(new Journal(path, db));
@@ -394,10 +394,9 @@ Status Journal::InitReadOnly() {
       return Status::InvalidArgument(fmt::format(
           "{}: journal schema version {}; this build reads version {}{}", path_, version,
           kJournalSchemaVersion,
-          version == 0 ? " (not a cohort journal)"
-          : version < kJournalSchemaVersion
-              ? " (the next `cohort run` of this run upgrades it)"
-              : " (it was written by a newer cohort)"));
+          version == 0                      ? " (not a cohort journal)"
+          : version < kJournalSchemaVersion ? " (the next `cohort run` of this run upgrades it)"
+                                            : " (it was written by a newer cohort)"));
     }
   }
   COHORT_RETURN_IF_ERROR(QuickCheck());
@@ -475,8 +474,9 @@ Status Journal::CreateOrUpgradeSchema() {
   } else {
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
-  COHORT_RETURN_IF_ERROR(Exec(("PRAGMA user_version=" + std::to_string(kJournalSchemaVersion)).c_str(),
-                              "set the schema version"));
+  COHORT_RETURN_IF_ERROR(
+      Exec(("PRAGMA user_version=" + std::to_string(kJournalSchemaVersion)).c_str(),
+           "set the schema version"));
   return txn.Commit();
 }
 
@@ -730,7 +730,7 @@ Status Journal::AddEpochs(int64_t attempt_id, const std::vector<EpochRecord>& ep
     if (e.val_accuracy) {
       COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "val_accuracy", *e.val_accuracy));
     }
-    COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "lr", e.lr));
+    if (e.lr) COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "lr", *e.lr));
     COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, at + "seconds", e.seconds));
   }
   Txn txn(this);
@@ -921,7 +921,7 @@ Result<std::vector<EpochRecord>> Journal::EpochsOf(int64_t attempt_id) {
     e.train_loss = st.ColReal(1);
     e.val_loss = st.ColOptReal(2);
     e.val_accuracy = st.ColOptReal(3);
-    e.lr = st.ColReal(4);
+    e.lr = st.ColOptReal(4);
     e.seconds = st.ColReal(5);
     out.push_back(e);
   }

@@ -169,7 +169,7 @@ struct EpochRecord {
   double train_loss = 0;
   std::optional<double> val_loss;
   std::optional<double> val_accuracy;
-  double lr = 0;
+  std::optional<double> lr;  // NULL when the member did not report it (outside members)
   double seconds = 0;
 };
 

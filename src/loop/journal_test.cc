@@ -236,13 +236,17 @@ TEST(JournalTest, AttemptsEpochsMetricsAcquisitionsRoundTrip) {
   EXPECT_DOUBLE_EQ((*epochs)[0].train_loss, 1.5);
   EXPECT_EQ((*epochs)[0].val_loss, std::optional<double>(1.4));
   EXPECT_EQ((*epochs)[0].val_accuracy, std::optional<double>(0.6));
-  EXPECT_DOUBLE_EQ((*epochs)[0].lr, 0.01);
+  EXPECT_DOUBLE_EQ((*epochs)[0].lr.value_or(0), 0.01);
   EXPECT_DOUBLE_EQ((*epochs)[0].seconds, 2.0);
   EXPECT_FALSE((*epochs)[1].val_loss.has_value());
   // A batch with a duplicate epoch is rejected as a whole.
   EXPECT_FALSE(j->AddEpochs(*a1, {{2, 0.5, {}, {}, 0.001, 1}, {1, 0.5, {}, {}, 0.001, 1}}).ok());
   EXPECT_EQ(j->EpochsOf(*a1)->size(), 2u);
   EXPECT_FALSE(j->AddEpochs(*a3 + 100, {{0, 1, {}, {}, 0, 0}}).ok());  // no such attempt
+  // An epoch without a learning rate (an outside member's) is stored as NULL, not 0.
+  ASSERT_TRUE(j->AddEpochs(*a2, {{1, 0.7, {}, {}, std::nullopt, 1}}).ok());
+  ASSERT_EQ(j->EpochsOf(*a2)->size(), 1u);
+  EXPECT_FALSE((*j->EpochsOf(*a2))[0].lr.has_value());
 
   ASSERT_TRUE(j->RecordMemberMetrics(run, 0, "mlp-a", {{"accuracy", 0.8}, {"nll", 0.6}}).ok());
   ASSERT_TRUE(j->RecordMemberMetrics(run, 0, "cnn", {{"accuracy", 0.85}}).ok());
@@ -473,7 +477,8 @@ TEST(JournalTest, ADamagedPageIsFoundAtOpenAndTheMessageSaysWhatToDo) {
     auto j = Journal::Open(path, {.read_only = read_only});
     ASSERT_FALSE(j.ok()) << "read_only " << read_only;
     EXPECT_TRUE(j.status().IsCorruption()) << j.status().ToString();
-    EXPECT_NE(j.status().message().find("A damaged journal"), std::string::npos) << j.status().ToString();
+    EXPECT_NE(j.status().message().find("A damaged journal"), std::string::npos)
+        << j.status().ToString();
     EXPECT_EQ(j.status().message().find('\n'), std::string::npos);
   }
 }

@@ -119,7 +119,7 @@ std::vector<EpochRecord> EpochsOf(const json& done) {
     r.train_loss = JsonNumberField(e, "train_loss").value_or(0);
     r.val_loss = JsonNumberField(e, "val_loss");
     r.val_accuracy = JsonNumberField(e, "val_accuracy");
-    r.lr = JsonNumberField(e, "lr").value_or(0);
+    r.lr = JsonNumberField(e, "lr");  // optional: an outside member may not report it
     r.seconds = JsonNumberField(e, "seconds").value_or(0);
     if (!std::isfinite(r.train_loss)) r.train_loss = 0;
     epochs.push_back(r);
