@@ -18,7 +18,9 @@ ParsedCommand ParseCommandLine(std::string_view line) {
   }
   try {
     p.command = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double ("1e400"), which once escaped
+    // and made the worker stop serving.
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);

@@ -26,6 +26,16 @@ TEST(ParseCommandLine, Malformed) {
   EXPECT_EQ(p.error, "protocol version 2 is not supported (this worker speaks 1)");
 }
 
+// Found by fuzz/worker_command_fuzz.cc: a number beyond double made nlohmann throw
+// out_of_range, not parse_error; it escaped, and the worker answered "internal error while
+// reading a command" and stopped serving.
+TEST(ParseCommandLine, NumberOverflowIsMalformed) {
+  EXPECT_EQ(ParseCommandLine("5555e5555~io[\":{\x93" "e\",55d\":5,\x0bo)\":nept\"}").error,
+            "malformed command: number overflow parsing '5555e5555'");
+  ParsedCommand p = ParseCommandLine(R"({"op":"train","id":1,"epochs":1e400})");
+  EXPECT_EQ(p.error, "malformed command: number overflow parsing '1e400'");
+}
+
 TEST(CommandFields, ReadsAndRefuses) {
   nlohmann::json cmd = nlohmann::json::parse(
       R"({"store":"/s","generation":3,"device":{"device":"cuda:1","threads":2}})");
