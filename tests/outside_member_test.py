@@ -14,9 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_test  # noqa: E402  (the shared store and config helpers)
 from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
 
-# Stretches the few wall-clock limits that a native member must beat (scripts/sanitize sets
-# 4: a worker under AddressSanitizer starts and trains 2-3x slower).
-TIME_SCALE = float(os.environ.get("COHORT_TEST_TIME_SCALE", "1"))
+TIME_SCALE = loop_test.TIME_SCALE  # scripts/sanitize stretches wall-clock limits under ASan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "outside", "member.py")
