@@ -14,6 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_test  # noqa: E402  (the shared store and config helpers)
 from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
 
+TIME_SCALE = loop_test.TIME_SCALE  # scripts/sanitize stretches wall-clock limits under ASan
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "outside", "member.py")
 TORCH_MEMBER = os.path.join(HERE, "..", "examples", "pytorch-member", "train.py")
@@ -73,7 +75,7 @@ class OutsideMembers(LoopCase):
                  + script_member("env", "env", 6))
         config = write_config(
             self.dir, rounds=1, members=loop_test.MEMBERS[:1], extra_member=extra,
-            failure="retries = 1\nmin_members = 4\nattempt_timeout_s = 3")
+            failure=f"retries = 1\nmin_members = 4\nattempt_timeout_s = {3 * TIME_SCALE:g}")
         proc = self.run_loop(config)
         run_dir = os.path.join(self.dir, "runs", "loop")
 

@@ -576,6 +576,19 @@ Result<Subprocess*> SubprocessSet::Spawn(const SpawnSpec& spec) {
   return children_.back().get();
 }
 
+std::optional<nlohmann::json> ParseEventLine(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (!line.starts_with(kEventPrefix)) return std::nullopt;
+  line.remove_prefix(kEventPrefix.size());
+  // Bounded: a child's output is untrusted, and a value nested thousands deep would overflow
+  // the stack of whoever copies or prints it later. Such a line is log.
+  if (JsonTextNestsDeeperThan(line, kMaxJsonDepth)) return std::nullopt;
+  nlohmann::json event = nlohmann::json::parse(line.begin(), line.end(), /*cb=*/nullptr,
+                                               /*allow_exceptions=*/false);
+  if (!event.is_object()) return std::nullopt;
+  return event;
+}
+
 void SubprocessSet::DeliverLine(Subprocess& child, Handler& handler) {
   std::string& line = child.partial_line_;
   child.last_output_time_ = Clock::now();
@@ -588,23 +601,16 @@ void SubprocessSet::DeliverLine(Subprocess& child, Handler& handler) {
     line.clear();
     return;
   }
+  if (std::optional<nlohmann::json> event = ParseEventLine(line)) {
+    line.clear();
+    handler.OnEvent(child, std::move(*event));
+    return;
+  }
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (std::string_view(line).starts_with(kEventPrefix)) {
-    // Bounded: a child's output is untrusted, and a value nested thousands deep would
-    // overflow the stack of whoever copies or prints it later. Such a line is log.
-    std::string_view body = std::string_view(line).substr(kEventPrefix.size());
-    if (JsonTextNestsDeeperThan(body, kMaxJsonDepth)) {
-      line += " [cohort: not an event: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-              " levels]";
-    } else {
-      nlohmann::json event = nlohmann::json::parse(body.begin(), body.end(), /*cb=*/nullptr,
-                                                   /*allow_exceptions=*/false);
-      if (event.is_object()) {
-        line.clear();
-        handler.OnEvent(child, std::move(event));
-        return;
-      }
-    }
+  if (std::string_view(line).starts_with(kEventPrefix) &&
+      JsonTextNestsDeeperThan(std::string_view(line).substr(kEventPrefix.size()), kMaxJsonDepth)) {
+    line += " [cohort: not an event: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+            " levels]";
   }
   // Moved out first: the handler may cause more output to be appended (it cannot today, but
   // the buffer must not be aliased while a callback runs).

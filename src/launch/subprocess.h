@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -195,6 +196,11 @@ class Subprocess {
   bool kill_sent_ = false;
   Clock::time_point kill_time_;
 };
+
+// The event a stdout line carries: `@cohort {...}` (after a trailing "\r" is dropped) whose
+// JSON parses as an object; nullopt for every other line, which is log. What SubprocessSet
+// hands to Handler::OnEvent; free so it can be tested and fuzzed on its own (fuzz/).
+std::optional<nlohmann::json> ParseEventLine(std::string_view line);
 
 class SubprocessSet {
  public:

@@ -173,7 +173,8 @@ std::vector<float> DefaultFakePredictions(const store::Table& table, int64_t cla
   std::vector<int64_t> labels(rows);
   if (table.schema().has_labels()) {
     store::HostArray stored = table.ReadLabels();
-    std::memcpy(labels.data(), stored.data.data(), rows * sizeof(int64_t));
+    // Not for an empty table: memcpy from a null pointer is undefined even for 0 bytes (UBSan).
+    if (rows > 0) std::memcpy(labels.data(), stored.data.data(), rows * sizeof(int64_t));
   } else {
     for (uint64_t i = 0; i < rows; ++i) labels[i] = static_cast<int64_t>(table.id(i));
   }

@@ -41,6 +41,7 @@
 #include "worker/fault_injection.h"
 #include "model/member.h"
 #include "store/snapshot.h"
+#include "worker/command.h"
 
 namespace cohort::worker {
 
@@ -67,9 +68,6 @@ template <typename Json>
 std::string Dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
-
-// A command's id (a string or a number) for an event.
-Event IdOf(const json& id) { return Event::parse(id.dump()); }
 
 void Log(const std::string& text) {
   // fd 2 is the member's log; one write so concurrent lines stay whole.
@@ -239,68 +237,7 @@ void Heartbeat(Shared* shared, Channel* channel, double interval_s) {
   }
 }
 
-// A command's fields, read with one-line errors naming the op and the field.
-class Fields {
- public:
-  Fields(const json& cmd, std::string op) : cmd_(cmd), op_(std::move(op)) {}
-
-  Result<std::string> String(const char* key, std::optional<std::string> fallback = {}) const {
-    auto it = cmd_.find(key);
-    if (it == cmd_.end()) {
-      if (fallback) return *fallback;
-      return Missing(key);
-    }
-    if (!it->is_string()) return Wrong(key, "a string", *it);
-    return it->get<std::string>();
-  }
-
-  Result<uint64_t> Generation() const {
-    auto it = cmd_.find("generation");
-    if (it == cmd_.end()) {
-      return Status::InvalidArgument(op_ +
-                                     ": missing field \"generation\" (a command names the "
-                                     "generation it reads; CURRENT is never implied)");
-    }
-    if (!it->is_number_unsigned()) return Wrong("generation", "a non-negative integer", *it);
-    return it->get<uint64_t>();
-  }
-
-  // {"device": "cuda:0", "threads": 2}, each optional, over the worker's defaults.
-  Result<model::DeviceConfig> Device(const model::DeviceConfig& base) const {
-    model::DeviceConfig d = base;
-    auto it = cmd_.find("device");
-    if (it == cmd_.end()) return d;
-    if (!it->is_object()) return Wrong("device", "an object {\"device\", \"threads\"}", *it);
-    for (const auto& [key, value] : it->items()) {
-      if (key == "device") {
-        if (!value.is_string()) return Wrong("device.device", "a string", value);
-        d.device = value.get<std::string>();
-      } else if (key == "threads") {
-        if (!value.is_number_unsigned() || value.get<uint64_t>() < 1 ||
-            value.get<uint64_t>() > 4096) {
-          return Wrong("device.threads", "an integer from 1 to 4096", value);
-        }
-        d.threads = static_cast<int>(value.get<uint64_t>());
-      } else {
-        return Status::InvalidArgument(op_ + ": device." + key +
-                                       ": unknown field (device, threads)");
-      }
-    }
-    return d;
-  }
-
- private:
-  Status Missing(const char* key) const {
-    return Status::InvalidArgument(op_ + ": missing field \"" + key + "\"");
-  }
-  Status Wrong(const std::string& key, const std::string& want, const json& got) const {
-    return Status::InvalidArgument(op_ + ": field \"" + key + "\": expected " + want + ", got " +
-                                   JsonForMessage(got));
-  }
-
-  const json& cmd_;
-  std::string op_;
-};
+using Fields = CommandFields;
 
 class Worker {
  public:
@@ -316,47 +253,14 @@ class Worker {
       Error("malformed command: line longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB");
       return true;
     }
-    if (JsonTextNestsDeeperThan(*line, kMaxJsonDepth)) {
-      Error("malformed command: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-            " levels");
+    ParsedCommand parsed = ParseCommandLine(*line);
+    id_ = std::move(parsed.id);
+    op_ = std::move(parsed.op);
+    if (!parsed.error.empty()) {
+      Error(parsed.error);
       return true;
     }
-    json cmd;
-    try {
-      cmd = json::parse(*line);
-    } catch (const json::parse_error& e) {
-      std::string what = e.what();
-      // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
-      if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
-      Error("malformed command: " + what);
-      return true;
-    }
-    if (!cmd.is_object()) {
-      Error("malformed command: expected a JSON object, got " + JsonForMessage(cmd));
-      return true;
-    }
-    if (auto it = cmd.find("id"); it != cmd.end()) {
-      if (it->is_string() || it->is_number()) {
-        id_ = IdOf(*it);
-      } else if (!it->is_null()) {
-        Error("malformed command: \"id\" must be a string or a number, got " + JsonForMessage(*it));
-        return true;
-      }
-    }
-    if (auto it = cmd.find("op"); it == cmd.end()) {
-      Error("malformed command: missing field \"op\"");
-      return true;
-    } else if (!it->is_string()) {
-      Error("malformed command: \"op\" must be a string, got " + JsonForMessage(*it));
-      return true;
-    } else {
-      op_ = it->get<std::string>();
-    }
-    if (auto it = cmd.find("version"); it != cmd.end() && *it != json(protocol::kVersion)) {
-      Error("protocol version " + JsonForMessage(*it) + " is not supported (this worker speaks " +
-            std::to_string(protocol::kVersion) + ")");
-      return true;
-    }
+    const json& cmd = parsed.command;
     if (op_ == protocol::op::kShutdown) {
       Event bye = {{"ev", protocol::ev::kBye}};
       if (!id_.is_null()) bye["id"] = id_;
