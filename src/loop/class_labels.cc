@@ -44,13 +44,13 @@ Status CheckClassLabels(const std::string& what, std::span<const int64_t> labels
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] >= 0 && labels[i] < classes) continue;
     if (++bad <= kIdsNamed) {
-      named += fmt::format("{}sample id {} (label {})", named.empty() ? "" : ", ", ids[i],
-                           labels[i]);
+      named +=
+          fmt::format("{}sample id {} (label {})", named.empty() ? "" : ", ", ids[i], labels[i]);
     }
   }
   if (bad == 0) return Status::OK();
-  return Status::InvalidArgument(fmt::format("{}: {} label(s) outside [0, {}) at {}{}{}", what,
-                                             bad, classes, named, bad > kIdsNamed ? ", ..." : "",
+  return Status::InvalidArgument(fmt::format("{}: {} label(s) outside [0, {}) at {}{}{}", what, bad,
+                                             classes, named, bad > kIdsNamed ? ", ..." : "",
                                              hint.empty() ? "" : "; " + hint));
 }
 

@@ -630,7 +630,8 @@ void CheckClassesAgree(Errors* e, const model::TrainConfig& train, const Setting
   auto [line, field] = where.Locate("model");
   auto [classes_line, classes_field] = where.Locate("classes");
   e->Fail(line, field,
-          "the final layer '" + last.text + "' has " + std::to_string(last.units) + " units but " +
+          train.member + "'s final layer '" + last.text + "' has " + std::to_string(last.units) +
+              " units but " +
               classes_field + " = " + std::to_string(train.classes) + " (line " +
               std::to_string(classes_line) + "); the output layer needs one unit per class, so " +
               "make them agree");

@@ -277,11 +277,11 @@ TEST(LoopConfigTest, BadModelSpec) {
 
 TEST(LoopConfigTest, ClassesMustAgreeWithTheFinalDense) {
   EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epochs = 3\nclasses = 3")),
-            "dir/loop.toml:21: member[1].model: the final layer 'dense 10' has 10 units but "
+            "dir/loop.toml:21: member[1].model: a's final layer 'dense 10' has 10 units but "
             "defaults.classes = 3 (line 14); the output layer needs one unit per class, so make "
             "them agree");
   EXPECT_EQ(Error(Replace(kFull, "seed = 2", "seed = 2\nclasses = 4")),
-            "dir/loop.toml:25: member[2].model: the final layer 'dense 10' has 10 units but "
+            "dir/loop.toml:25: member[2].model: b's final layer 'dense 10' has 10 units but "
             "member[2].classes = 4 (line 27); the output layer needs one unit per class, so make "
             "them agree");
   auto agree = ParseLoopConfig(Replace(kFull, "epochs = 3", "epochs = 3\nclasses = 10"),

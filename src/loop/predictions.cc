@@ -28,8 +28,8 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   }
   auto width = static_cast<int64_t>(array->shape[1]);
   if (expected_classes > 0 && width != expected_classes) {
-    return Status::InvalidArgument(fmt::format("{}: {} classes where the run has {}", name, width,
-                                               expected_classes));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} classes where the run has {}", name, width, expected_classes));
   }
   std::vector<float> values(array->data.size() / sizeof(float));
   std::memcpy(values.data(), array->data.data(), array->data.size());
@@ -43,8 +43,8 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   return values;
 }
 
-std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
-                                    bool pool, const std::string& member) {
+std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
+                                    const std::string& member) {
   int64_t classes = shape.classes;
   for (std::string_view name :
        {protocol::file::kPoolPredictions, protocol::file::kTestPredictions}) {
@@ -52,10 +52,9 @@ std::string CheckAttemptPredictions(const std::string& dir, const PredictionShap
     if (is_pool && !pool) continue;
     std::string path = dir + "/" + std::string(name);
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
-    auto values = ReadMemberPredictions(path, std::string(name),
-                                        is_pool ? shape.pool_rows : shape.test_rows, classes,
-                                        &classes, is_pool ? shape.pool_ids : shape.test_ids,
-                                        member);
+    auto values =
+        ReadMemberPredictions(path, std::string(name), is_pool ? shape.pool_rows : shape.test_rows,
+                              classes, &classes, is_pool ? shape.pool_ids : shape.test_ids, member);
     if (!values.ok()) return values.status().message();
   }
   return "";
