@@ -58,14 +58,15 @@ def env():
     return e
 
 
-def slurm_config(dir, slots=2, slurm_extra="", **kwargs):
+def slurm_config(dir, slots=2, slurm_extra="", queue_timeout=20, **kwargs):
     top = 'launcher = "slurm"\n'
     path = write_config(dir, top=top, **kwargs)
     with open(path) as f:
         text = f.read()
     # Slurm places the steps: no device list.
     text = text.replace('devices = ["cpu:0", "cpu:1"]', 'devices = "auto"')
-    text += f"\n[slurm]\nslots = {slots}\ncpus_per_member = 1\nqueue_timeout_s = 20\n{slurm_extra}\n"
+    text += (f"\n[slurm]\nslots = {slots}\ncpus_per_member = 1\nqueue_timeout_s = {queue_timeout}\n"
+             f"{slurm_extra}\n")
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -159,8 +160,12 @@ class SlurmLoop(SlurmCase):
         self.assertEqual(len(set(gpus)), 4, gpus)  # four steps at once, four different GPUs
 
     def test_a_cancelled_step_is_retried(self):
+        # The retry's step waits for the cancelled step's CPU, which a loaded cluster frees
+        # slowly: a generous queue timeout.
+        # 5,000 epochs: still training when cancelled, however fast the machine.
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
-                              epochs=200, failure="retries = 1", strategy="entropy")
+                              epochs=5000, failure="retries = 1", strategy="entropy",
+                              queue_timeout=120)
         proc = self.start(config, env=env())
         run_dir = os.path.join(self.dir, "runs", "loop")
         self.wait_for(lambda: self.running_attempt(run_dir), what="a running attempt")
@@ -168,9 +173,10 @@ class SlurmLoop(SlurmCase):
         jobs = [j for j in self.squeue() if j[1] == "cohort-worker"]
         self.assertEqual(len(jobs), 1, jobs)
         subprocess.run(["scancel", jobs[0][0]], env=env(), check=True, timeout=30)
-        # The retry trains for 200 epochs too: stop it once it runs.
+        # The retry trains as long: stop it once it runs.
         self.wait_for(lambda: any(r["attempt"] == 2 and r["status"] == "running"
-                                  for r in self.attempts(run_dir)), what="the retry")
+                                  for r in self.attempts(run_dir)), timeout=240,
+                      what="the retry")
         first = [r for r in self.attempts(run_dir) if r["attempt"] == 1][0]
         self.assertEqual(first["status"], "failed", first)
         self.assertIn("slurm: cancelled (scancel)", first["exit"])
