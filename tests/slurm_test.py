@@ -194,7 +194,7 @@ class SlurmLoop(SlurmCase):
 
     def test_a_hung_worker_is_killed_through_slurm_and_retried(self):
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
-                              epochs=200, failure="retries = 1", strategy="entropy",
+                              epochs=5000, failure="retries = 1", strategy="entropy",
                               heartbeat_timeout=3)
         proc = self.start(config, env=env())
         run_dir = os.path.join(self.dir, "runs", "loop")
