@@ -139,6 +139,12 @@ class LoopCase(unittest.TestCase):
     def status(self, run_dir):
         return json.loads(cohort("status", run_dir, "--json").stdout)
 
+    def interrupt_twice(self, proc):
+        """Ctrl-C twice, as a person does: two signals sent at once may arrive as one."""
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+
     def wait_for(self, predicate, timeout=120, what="condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -380,8 +386,7 @@ class StoreLock(LoopCase):
             self.assertEqual(remove.returncode, 1, remove.stderr)
             self.assertIn("held by another writer (pid", remove.stderr)
         finally:
-            proc.send_signal(signal.SIGINT)
-            proc.send_signal(signal.SIGINT)
+            self.interrupt_twice(proc)
             proc.communicate(timeout=120)
         # The other way round: a run whose store another writer holds does not start.
         locker = subprocess.Popen(

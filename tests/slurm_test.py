@@ -58,14 +58,14 @@ def env():
     return e
 
 
-def slurm_config(dir, slots=2, slurm_extra="", queue_timeout=20, **kwargs):
+def slurm_config(dir, slots=2, slurm_extra="", queue_timeout=20, cpus=1, **kwargs):
     top = 'launcher = "slurm"\n'
     path = write_config(dir, top=top, **kwargs)
     with open(path) as f:
         text = f.read()
     # Slurm places the steps: no device list.
     text = text.replace('devices = ["cpu:0", "cpu:1"]', 'devices = "auto"')
-    text += (f"\n[slurm]\nslots = {slots}\ncpus_per_member = 1\nqueue_timeout_s = {queue_timeout}\n"
+    text += (f"\n[slurm]\nslots = {slots}\ncpus_per_member = {cpus}\nqueue_timeout_s = {queue_timeout}\n"
              f"{slurm_extra}\n")
     with open(path, "w") as f:
         f.write(text)
@@ -170,7 +170,7 @@ class SlurmLoop(SlurmCase):
         run_dir = os.path.join(self.dir, "runs", "loop")
         self.wait_for(lambda: self.running_attempt(run_dir), what="a running attempt")
         time.sleep(1)
-        jobs = [j for j in self.squeue() if j[1] == "cohort-worker"]
+        jobs = [j for j in self.squeue() if j[1].startswith("cohort-worker-")]
         self.assertEqual(len(jobs), 1, jobs)
         subprocess.run(["scancel", jobs[0][0]], env=env(), check=True, timeout=30)
         # The retry trains as long: stop it once it runs.
@@ -180,11 +180,33 @@ class SlurmLoop(SlurmCase):
         first = [r for r in self.attempts(run_dir) if r["attempt"] == 1][0]
         self.assertEqual(first["status"], "failed", first)
         self.assertIn("slurm: cancelled (scancel)", first["exit"])
-        proc.send_signal(signal.SIGINT)
-        proc.send_signal(signal.SIGINT)
+        self.interrupt_twice(proc)
         proc.communicate(timeout=120)
         # Nothing left behind on the cluster (a killed step takes a moment to be cleaned up).
         self.wait_for_empty_cluster()
+
+    def test_interrupting_twice_leaves_no_job_behind(self):
+        # A srun killed after its job was allocated and before its step launched leaves the
+        # job to Slurm, which keeps it (InactiveLimit = 0) holding the node until its time
+        # limit. srun's own prolog (run by srun in between) holds the worker's in that window.
+        prolog = os.path.join(self.dir, "prolog.sh")
+        os.makedirs(self.dir, exist_ok=True)
+        with open(prolog, "w") as f:
+            f.write('#!/bin/sh\ncase "$SLURM_JOB_NAME" in cohort-worker*) sleep 120;; esac\n')
+        os.chmod(prolog, 0o755)
+        config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
+                              strategy="entropy", queue_timeout=120,
+                              slurm_extra=f'srun_args = ["--prolog={prolog}"]')
+        proc = self.start(config, env=env())
+        try:
+            self.wait_for(lambda: any(j[1].startswith("cohort-worker-") and j[2] == "RUNNING"
+                                      for j in self.squeue()), what="an allocated worker job")
+            time.sleep(0.5)
+        finally:
+            self.interrupt_twice(proc)
+            proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130)
+        self.wait_for_empty_cluster(timeout=60)
 
     def worker_pids(self):
         """Pids of `cohort-member worker` processes (the tasks slurmstepd started, not srun)."""
@@ -213,8 +235,7 @@ class SlurmLoop(SlurmCase):
             self.assertIn("heartbeat", first["exit"])
             self.assertNotIn(pids[0], self.worker_pids())  # the stopped task is gone
         finally:
-            proc.send_signal(signal.SIGINT)
-            proc.send_signal(signal.SIGINT)
+            self.interrupt_twice(proc)
             proc.communicate(timeout=120)
         self.wait_for_empty_cluster()
 

@@ -89,6 +89,11 @@ std::vector<std::string> SrunArgv(const SlurmOptions& o, const std::string& job_
   return argv;
 }
 
+std::vector<std::string> ScancelByNameArgv(const std::string& job_name,
+                                           const std::string& user) {
+  return {"scancel", "--quiet", "--name=" + job_name, "--user=" + user};
+}
+
 bool IsLocalBindingVariable(std::string_view name) {
   return name == "CUDA_VISIBLE_DEVICES" || name == "COHORT_CPU_SET";
 }

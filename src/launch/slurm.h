@@ -49,6 +49,12 @@ int AllocationSlots(const SlurmOptions& options);
 std::vector<std::string> SrunArgv(const SlurmOptions& options, const std::string& job_name,
                                   bool in_allocation, const std::vector<std::string>& command);
 
+// scancel's argv that cancels the job named `job_name` that `user` owns, pending or running.
+// Outside an allocation every step is a job of its own with a unique name, and a srun killed
+// between its allocation and its step's launch leaves that job holding its resources until its
+// time limit (Slurm's InactiveLimit is 0 by default): the name is how it is found again.
+std::vector<std::string> ScancelByNameArgv(const std::string& job_name, const std::string& user);
+
 // Environment variables the local launcher binds devices with, which a step must not get:
 // Slurm binds the step's GPUs and CPUs.
 bool IsLocalBindingVariable(std::string_view name);

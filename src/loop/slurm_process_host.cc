@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <utility>
+
+#include <pwd.h>
+#include <unistd.h>
 
 #include "common/file_util.h"
 
@@ -25,6 +29,18 @@ std::string LogTail(const std::string& path, size_t bytes = 16384) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The user scancel filters on, so a name never reaches another user's jobs (root sees all).
+std::string UserName() {
+  const passwd* pw = getpwuid(getuid());
+  return pw != nullptr ? pw->pw_name : std::to_string(getuid());
+}
+
+// A short random token: controllers on several hosts share one user's queue.
+std::string RandomToken() {
+  std::random_device device;
+  return fmt::format("{:08x}", device());
+}
+
 }  // namespace
 
 // Starts a step's heartbeat clock at its first line and adds Slurm's words to its exit.
@@ -33,19 +49,26 @@ class SlurmProcessHost::Adapter : public ProcessHost::Listener {
   Adapter(SlurmProcessHost* host, Listener* listener) : host_(host), listener_(listener) {}
 
   void OnEvent(ProcessId process, nlohmann::json event) override {
+    if (host_->cancels_.contains(process)) return;
     Started(process);
     listener_->OnEvent(process, std::move(event));
   }
   void OnLog(ProcessId process, std::string_view line) override {
+    if (host_->cancels_.contains(process)) return;
     Started(process);
     listener_->OnLog(process, line);
   }
-  void OnStdoutClosed(ProcessId process) override { listener_->OnStdoutClosed(process); }
+  void OnStdoutClosed(ProcessId process) override {
+    if (!host_->cancels_.contains(process)) listener_->OnStdoutClosed(process);
+  }
   void OnExit(ProcessId process, const launch::ExitInfo& info) override {
+    if (host_->cancels_.erase(process) > 0) return;
     launch::ExitInfo with_detail = info;
     auto it = host_->steps_.find(process);
     if (it != host_->steps_.end()) {
       with_detail.detail = host_->EndDetail(it->second, info);
+      // A srun that did not exit by itself may not have told Slurm its job is over.
+      if (info.reason != launch::ExitReason::kExited) host_->CancelJob(it->second);
       host_->steps_.erase(it);
     }
     listener_->OnExit(process, with_detail);
@@ -67,7 +90,8 @@ SlurmProcessHost::SlurmProcessHost(launch::SlurmOptions options,
                                    std::unique_ptr<LocalProcessHost> local)
     : options_(std::move(options)),
       in_allocation_(launch::InSlurmAllocation()),
-      local_(std::move(local)) {}
+      local_(std::move(local)),
+      token_(RandomToken()) {}
 
 Result<std::unique_ptr<SlurmProcessHost>> SlurmProcessHost::Create(
     launch::SlurmOptions options, std::chrono::milliseconds kill_grace) {
@@ -87,6 +111,21 @@ std::string SlurmProcessHost::EndDetail(const Step& step, const launch::ExitInfo
   return reason.empty() ? "" : "slurm: " + reason;
 }
 
+std::string SlurmProcessHost::JobName(const std::string& program) {
+  if (in_allocation_) return program;
+  return fmt::format("{}-{}-{}", program, token_, next_job_++);
+}
+
+void SlurmProcessHost::CancelJob(const Step& step) {
+  if (step.job_name.empty()) return;
+  launch::SpawnSpec cancel;
+  cancel.argv = launch::ScancelByNameArgv(step.job_name, UserName());
+  cancel.stderr_path = step.log_path;
+  // Best effort: without scancel the job ends at its time limit, as it would have anyway.
+  auto started = local_->Start(cancel);
+  if (started.ok()) cancels_.insert(*started);
+}
+
 Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
   launch::SpawnSpec step = spec;
   std::string program =
@@ -98,8 +137,8 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
     request.mem = std::to_string(std::max<uint64_t>(1, spec.memory_limit_bytes >> 20)) + "M";
   }
   step.memory_limit_bytes = 0;
-  step.argv = launch::SrunArgv(request, "cohort-" + (worker ? std::string("worker") : program),
-                               in_allocation_, spec.argv);
+  std::string job_name = JobName("cohort-" + (worker ? std::string("worker") : program));
+  step.argv = launch::SrunArgv(request, job_name, in_allocation_, spec.argv);
   std::erase_if(step.env, [](const auto& kv) { return launch::IsLocalBindingVariable(kv.first); });
   // A step waiting for its resources says nothing; --immediate bounds that wait, so until the
   // first line the heartbeat allows the queue wait on top. A task that hangs before its first
@@ -111,7 +150,9 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
         std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options_.queue_timeout_s) * 1000));
   }
   COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
-  steps_[id] = Step{.log_path = spec.stderr_path, .heartbeat_timeout = spec.heartbeat_timeout};
+  steps_[id] = Step{.log_path = spec.stderr_path,
+                    .heartbeat_timeout = spec.heartbeat_timeout,
+                    .job_name = in_allocation_ ? "" : job_name};
   return id;
 }
 
@@ -154,12 +195,20 @@ Status SlurmProcessHost::CheckSharedStore(const std::string& store_dir,
   small.cpus_per_member = 1;
   small.mem.clear();
   launch::SpawnSpec step = probe;
-  step.argv = launch::SrunArgv(small, "cohort-probe", in_allocation_, probe.argv);
+  std::string job_name = JobName("cohort-probe");
+  step.argv = launch::SrunArgv(small, job_name, in_allocation_, probe.argv);
   COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
-  steps_[id] = Step{.log_path = probe.stderr_path};
+  steps_[id] = Step{.log_path = probe.stderr_path, .job_name = in_allocation_ ? "" : job_name};
   while (!collect.exit) {
     COHORT_ASSIGN_OR_RETURN(int interrupts, Poll(std::chrono::milliseconds(250), collect));
-    if (interrupts > 0) return Status::Aborted("interrupted while probing the cluster");
+    if (interrupts > 0) {
+      // Let the probe's job go before returning: nothing may be left queued on the cluster.
+      Kill(id);
+      for (int i = 0; i < 40 && local_->live() > 0; ++i) {
+        (void)Poll(std::chrono::milliseconds(250), collect);
+      }
+      return Status::Aborted("interrupted while probing the cluster");
+    }
   }
   if (collect.exit->reason == launch::ExitReason::kExited && collect.exit->exit_code == 0 &&
       collect.out == here) {

@@ -10,6 +10,10 @@
 // - an end Slurm caused is said in words in ExitInfo::detail ("slurm: the step did not start
 //   within 300 s (partition gpu, 1 GPU, 1 CPU): Requested nodes are busy", a time limit,
 //   preemption, a node failure), read from the step's log;
+// - outside an allocation each step is a job of its own named uniquely
+//   ("cohort-worker-<host token>-<n>"), and a step whose srun was killed or signalled has its
+//   job cancelled through scancel: srun killed between its allocation and its step's launch
+//   would otherwise leave the job holding its node until its time limit;
 // - CheckSharedStore: a probe step that reads the run store's CURRENT, so a store the nodes do
 //   not see fails the run at its start.
 //
@@ -19,6 +23,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "launch/slurm.h"
@@ -56,14 +61,22 @@ class SlurmProcessHost : public ProcessHost {
     std::string log_path;  // the step's stderr: srun's and slurmstepd's words
     std::chrono::milliseconds heartbeat_timeout{0};
     bool started = false;  // printed its first line
+    std::string job_name;  // outside an allocation: the step's own job, unique to it
   };
   SlurmProcessHost(launch::SlurmOptions options, std::unique_ptr<LocalProcessHost> local);
   std::string EndDetail(const Step& step, const launch::ExitInfo& info) const;
+  // The job name for a step running `program`: unique outside an allocation.
+  std::string JobName(const std::string& program);
+  // Outside an allocation: scancel of the step's job, as a child whose end nobody is told of.
+  void CancelJob(const Step& step);
 
   launch::SlurmOptions options_;
   bool in_allocation_ = false;
   std::unique_ptr<LocalProcessHost> local_;
   std::map<ProcessId, Step> steps_;
+  std::string token_;    // this controller's part of its job names
+  int64_t next_job_ = 0;
+  std::set<ProcessId> cancels_;  // scancel children
 };
 
 }  // namespace cohort::loop
