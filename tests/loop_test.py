@@ -638,7 +638,12 @@ class Interrupts(LoopCase):
         self.assertEqual(exits, {"interrupted (Ctrl-C)"})  # not the members' fault: no retry
         self.assertNotIn("retrying", out)
 
-        self.run_loop(config)
+        proc = self.run_loop(config)
+        # The resume says where it goes on: round 1, every member on a fresh attempt that
+        # counts no failure (an interrupted attempt is not the member's fault).
+        self.assertRegex(proc.stdout, r"round 1 resumes on generation \d+: .*\(attempt 2, 3 "
+                                      r"tries left\).* run again")
+        self.assertNotIn("after 1 failure", proc.stdout)
         s = self.status(run_dir)
         self.assertEqual([r["status"] for r in s["rounds"]], ["done"] * 3)
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/spec.h"
+
 namespace cohort::loop {
 
 namespace {
@@ -22,6 +24,14 @@ std::vector<const std::string*> LabelledTables(const LoopConfig& config) {
   std::vector<const std::string*> names = {&config.store.train, &config.store.test};
   if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels) names.push_back(&config.store.pool);
   return names;
+}
+
+// The output width of a native member's final `dense`, or 0 when its model says none.
+int64_t FinalDenseUnits(const MemberConfig& member) {
+  auto spec = model::ParseModelSpec(member.train.model, member.name);
+  if (!spec.ok() || spec->layers.empty()) return 0;
+  const model::LayerSpec& last = spec->layers.back();
+  return last.kind == model::LayerKind::kDense ? last.units : 0;
 }
 
 std::string TableWhat(const store::Snapshot& snap, const std::string& name) {
@@ -68,6 +78,27 @@ Result<int64_t> RunClassCount(const LoopConfig& config, const store::Snapshot& s
     configured = c;
     configured_by = i;
   }
+  // Without `classes`, the members' final `dense N` says the same thing: a train table that
+  // holds only some of the classes yet must not shrink the output layer.
+  bool from_model = false;
+  for (size_t i = 0; configured == 0 && i < config.members.size(); ++i) {
+    if (config.members[i].is_script()) continue;
+    int64_t units = FinalDenseUnits(config.members[i]);
+    if (units <= 0) continue;
+    for (size_t j = i + 1; j < config.members.size(); ++j) {
+      if (config.members[j].is_script()) continue;
+      int64_t other = FinalDenseUnits(config.members[j]);
+      if (other > 0 && other != units) {
+        return Status::InvalidArgument(fmt::format(
+            "{}.model: the final layer has {} units, but {} ends in {}: every member of a run "
+            "predicts the same classes (set `classes` in [defaults] to say how many)",
+            MemberWhere(config, j), other, MemberWhere(config, i), units));
+      }
+    }
+    configured = units;
+    configured_by = i;
+    from_model = true;
+  }
   std::vector<std::pair<const std::string*, std::vector<int64_t>>> tables;
   for (const std::string* name : LabelledTables(config)) {
     COHORT_ASSIGN_OR_RETURN(const store::Table* table, snap.table(*name));
@@ -77,8 +108,10 @@ Result<int64_t> RunClassCount(const LoopConfig& config, const store::Snapshot& s
   int64_t classes = configured;
   std::string hint = "labels are class indices 0..classes-1";
   if (configured > 0) {
-    hint = fmt::format("the members' `classes` is {} ({})", configured,
-                       MemberWhere(config, configured_by));
+    hint = from_model ? fmt::format("the members' final layer has {} units ({}.model)",
+                                    configured, MemberWhere(config, configured_by))
+                      : fmt::format("the members' `classes` is {} ({})", configured,
+                                    MemberWhere(config, configured_by));
   } else {
     // Negative labels are reported below, by the range check.
     for (const auto& [name, labels] : tables) {

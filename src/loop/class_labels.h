@@ -2,7 +2,8 @@
 // scores with or commits inside it.
 //
 // Every member of a run predicts the same classes: the count the members' `classes` give (they
-// must agree), else one more than the largest stored label of the tables the run reads (train,
+// must agree), else the width of the native members' final `dense` (they must agree), else
+// one more than the largest stored label of the tables the run reads (train,
 // test, and the pool when `hidden_labels` reveals its labels). Native members without their own
 // `classes` are told this count, outside members read it from COHORT_CLASSES, and a member's
 // prediction files with another width fail its attempt. Labels a round would bring in (an

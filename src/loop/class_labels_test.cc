@@ -29,10 +29,15 @@ class ClassLabelsTest : public ::testing::Test {
     ASSERT_TRUE((*txn)->Commit("one more row").ok());
   }
 
-  Result<int64_t> Count(const std::string& extra = "", int members = 2) {
+  // The run's class count; with `scripts`, every member is an outside one (no final layer
+  // cohort knows of), so the stored labels give the count.
+  Result<int64_t> Count(const std::string& extra = "", int members = 2, bool scripts = false) {
     std::string text = testing::LoopConfigText(dir_ + "/source", members, 1, extra);
     auto config = ParseLoopConfig(text, dir_ + "/loop.toml");
     EXPECT_TRUE(config.ok()) << config.status().ToString();
+    if (scripts) {
+      for (auto& member : config->members) member.command = {"/bin/true"};
+    }
     auto snap = store::Snapshot::Open(dir_ + "/source");
     EXPECT_TRUE(snap.ok()) << snap.status().ToString();
     return RunClassCount(*config, **snap);
@@ -41,15 +46,48 @@ class ClassLabelsTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(ClassLabelsTest, TheCountIsOneMoreThanTheLargestStoredLabel) {
-  auto classes = Count();
+TEST_F(ClassLabelsTest, WithoutAModelTheCountIsOneMoreThanTheLargestStoredLabel) {
+  auto classes = Count("", 2, /*scripts=*/true);
   ASSERT_TRUE(classes.ok()) << classes.status().ToString();
   EXPECT_EQ(*classes, 3);
   // A class only the test table has still counts: every member must predict it.
   AppendLabel("test", 6);
-  classes = Count();
+  classes = Count("", 2, /*scripts=*/true);
   ASSERT_TRUE(classes.ok()) << classes.status().ToString();
   EXPECT_EQ(*classes, 7);
+}
+
+TEST_F(ClassLabelsTest, TheFinalDenseGivesTheCountWithoutClasses) {
+  // The members end in `dense 3`: a train table holding only classes 0 and 1 still makes a
+  // 3-class run.
+  std::string text = testing::LoopConfigText(dir_ + "/source", 2, 1, "");
+  for (size_t at = 0; (at = text.find("dense 3\"", at)) != std::string::npos;) {
+    text.replace(at, 7, "dense 4");
+  }
+  auto config = ParseLoopConfig(text, dir_ + "/loop.toml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto snap = store::Snapshot::Open(dir_ + "/source");
+  ASSERT_TRUE(snap.ok());
+  auto classes = RunClassCount(*config, **snap);
+  ASSERT_TRUE(classes.ok()) << classes.status().ToString();
+  EXPECT_EQ(*classes, 4);
+  // A label beyond it is refused, and the message says where the count comes from.
+  AppendLabel("test", 6);
+  snap = store::Snapshot::Open(dir_ + "/source");
+  ASSERT_TRUE(snap.ok());
+  classes = RunClassCount(*config, **snap);
+  ASSERT_FALSE(classes.ok());
+  EXPECT_NE(classes.status().message().find("outside [0, 4)"), std::string::npos)
+      << classes.status().message();
+  EXPECT_NE(classes.status().message().find("final layer has 4 units"), std::string::npos)
+      << classes.status().message();
+  // Members that end differently, without `classes` to settle it, are refused by name.
+  config->members[1].train.model = "dense 8 relu, dense 5";
+  classes = RunClassCount(*config, **snap);
+  ASSERT_FALSE(classes.ok());
+  EXPECT_NE(classes.status().message().find("member[2] (m1).model: the final layer has 5 units"),
+            std::string::npos)
+      << classes.status().message();
 }
 
 TEST_F(ClassLabelsTest, TheMembersClassesWinAndMustAgree) {
@@ -111,7 +149,7 @@ TEST_F(ClassLabelsTest, ThePoolCountsOnlyWhenItsLabelsAreRevealed) {
 
 TEST_F(ClassLabelsTest, AnAbsurdLabelIsRefusedNotTakenForAClassCount) {
   AppendLabel("train", int64_t{1} << 40);
-  auto classes = Count();
+  auto classes = Count("", 2, /*scripts=*/true);
   ASSERT_FALSE(classes.ok());
   EXPECT_NE(classes.status().message().find("(label 1099511627776)"), std::string::npos)
       << classes.status().message();

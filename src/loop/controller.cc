@@ -402,6 +402,10 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
     plan = PlanMembers(config_, attempts, true, !last, previous, run_.paths.root, results);
   }
 
+  // A round with journalled attempts is one a stopped controller left: say what goes on.
+  if (!attempts.empty()) {
+    display_->Note(DescribeResumedRound(config_, round, generation, plan, *results));
+  }
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
   display_->StartRound(round, generation, static_cast<int64_t>(t.train->size()), last_accuracy_,

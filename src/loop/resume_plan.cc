@@ -119,6 +119,48 @@ MemberPlan PlanMembers(const LoopConfig& config, const std::vector<AttemptRecord
   return plan;
 }
 
+std::string DescribeResumedRound(const LoopConfig& config, int64_t round, uint64_t generation,
+                                 const MemberPlan& plan, const std::vector<MemberResult>& results) {
+  // Names past the first few are counted, so a 64-member run still gets one readable line.
+  constexpr size_t kNamed = 6;
+  auto list = [&](const std::vector<std::string>& items) {
+    std::string text;
+    for (size_t i = 0; i < items.size() && i < kNamed; ++i) {
+      text += (i > 0 ? ", " : "") + items[i];
+    }
+    if (items.size() > kNamed) text += fmt::format(" and {} more", items.size() - kNamed);
+    return text;
+  };
+  std::vector<std::string> kept;
+  std::vector<std::string> failed;
+  for (size_t i = 0; i < config.members.size(); ++i) {
+    if (results[i].done) kept.push_back(config.members[i].name);
+    if (plan.out_of_attempts[i]) failed.push_back(config.members[i].name);
+  }
+  std::vector<std::string> again;
+  for (const MemberTask& task : plan.tasks) {
+    int failures = plan.failures[task.index];
+    again.push_back(fmt::format(
+        "{} (attempt {}, {} tr{} left{})", task.member->name, task.next_attempt,
+        task.attempts_left, task.attempts_left == 1 ? "y" : "ies",
+        failures > 0 ? fmt::format(" after {} failure{}", failures, failures == 1 ? "" : "s")
+                     : ""));
+  }
+  std::vector<std::string> parts;
+  if (!kept.empty()) {
+    parts.push_back(list(kept) +
+                    (kept.size() == 1 ? " keeps its finished attempt" : " keep their finished attempts"));
+  }
+  if (!again.empty()) parts.push_back(list(again) + (again.size() == 1 ? " runs again" : " run again"));
+  if (!failed.empty()) {
+    parts.push_back(list(failed) + (failed.size() == 1 ? " stays" : " stay") +
+                    " failed (out of attempts)");
+  }
+  std::string text = fmt::format("round {} resumes on generation {}", round, generation);
+  for (size_t i = 0; i < parts.size(); ++i) text += (i == 0 ? ": " : "; ") + parts[i];
+  return text;
+}
+
 void OrderLongestFirst(const std::vector<AttemptRecord>& previous_round,
                        std::vector<MemberTask>* tasks) {
   std::map<std::string, double> took;

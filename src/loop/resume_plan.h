@@ -59,6 +59,12 @@ MemberPlan PlanMembers(const LoopConfig& config, const std::vector<AttemptRecord
                        const std::vector<MemberResult>& previous, const std::string& run_root,
                        std::vector<MemberResult>* results);
 
+// The line a resumed round starts with: "round 2 resumes on generation 3: mlp-a, cnn-b keep
+// their finished attempts; mlp-c runs again (attempt 3, 2 tries left after 1 failure); mlp-d
+// stays failed (out of attempts)". `plan` and `results` as PlanMembers left them.
+std::string DescribeResumedRound(const LoopConfig& config, int64_t round, uint64_t generation,
+                                 const MemberPlan& plan, const std::vector<MemberResult>& results);
+
 // The number a new attempt of `member` takes: one past the highest journalled (1 when none).
 int NextAttemptNumber(const std::vector<AttemptRecord>& attempts, const std::string& member);
 

@@ -81,6 +81,24 @@ TEST(ResumePlanTest, OnlyTheMembersFailuresCountAgainstItsRetries) {
   EXPECT_EQ(rerun.tasks[1].attempts_left, 1);
 }
 
+TEST(ResumePlanTest, AResumedRoundSaysWhoKeepsAndWhoRunsAgain) {
+  LoopConfig c;
+  c.failure.retries = 2;
+  c.members.resize(4);
+  for (int i = 0; i < 4; ++i) c.members[i].name = std::string(1, static_cast<char>('a' + i));
+  std::vector<AttemptRecord> attempts = {
+      Attempt("a", 1, AttemptStatus::kFailed), Attempt("a", 2, AttemptStatus::kRunning),
+      Attempt("b", 1, AttemptStatus::kDone),   Attempt("c", 1, AttemptStatus::kFailed),
+      Attempt("c", 2, AttemptStatus::kFailed), Attempt("c", 3, AttemptStatus::kFailed),
+  };
+  auto results = ResultsFromAttempts(c, attempts);
+  MemberPlan plan = PlanMembers(c, attempts, false, true, {}, "/run", &results);
+  EXPECT_EQ(DescribeResumedRound(c, 2, 3, plan, results),
+            "round 2 resumes on generation 3: b keeps its finished attempt; a (attempt 3, 2 tries "
+            "left after 1 failure), d (attempt 1, 3 tries left) run again; c stays failed (out "
+            "of attempts)");
+}
+
 TEST(ResumePlanTest, LongestMembersStartFirst) {
   LoopConfig c;
   c.members.resize(4);
