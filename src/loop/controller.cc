@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -55,6 +56,11 @@ int CpuCount() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// A round's wall time from its journalled phases (predicting happens inside training's wall).
+double RoundWallSeconds(const PhaseTimings& t) {
+  return t.train_s + t.acquire_s + t.label_s + t.commit_s;
+}
+
 size_t CountDone(const std::vector<MemberResult>& results) {
   return std::count_if(results.begin(), results.end(),
                        [](const MemberResult& r) { return r.done; });
@@ -101,6 +107,15 @@ class Controller {
   // ---- one round
   Result<Tables> OpenTables(uint64_t generation) const;
   RoundState StateOf(int64_t round, const Tables& t) const;
+  // The mean of the last few finished rounds' wall times (rounds grow with the train table, so
+  // the recent ones say more); none before the first.
+  std::optional<double> TypicalRoundSeconds() const {
+    if (round_seconds_.empty()) return std::nullopt;
+    size_t n = std::min<size_t>(3, round_seconds_.size());
+    double sum = std::accumulate(round_seconds_.end() - static_cast<std::ptrdiff_t>(n),
+                                 round_seconds_.end(), 0.0);
+    return sum / static_cast<double>(n);
+  }
   PredictionShape ShapeOf(const Tables& t) const {
     return PredictionShape{.pool_rows = t.pool->size(),
                            .test_rows = t.test->size(),
@@ -157,6 +172,9 @@ class Controller {
   std::optional<double> last_accuracy_;
   std::string stop_reason_;
   PhaseTimings reconsidered_timings_;  // the training timings of a round looked at again
+  // Wall seconds of the run's finished rounds (from the journal and this session): the run
+  // line's ETA.
+  std::vector<double> round_seconds_;
 };
 
 Status Controller::LoadConfig() {
@@ -410,6 +428,7 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
   display_->StartRound(round, generation, static_cast<int64_t>(t.train->size()), last_accuracy_,
                        names);
+  display_->SetRunPlan(RoundsLeftAfter(config_, StateOf(round, t)), TypicalRoundSeconds());
   ShowPlan(plan, *results);
   COHORT_RETURN_IF_ERROR(CloseLostAttempts(attempts));
   if (plan.tasks.empty()) return Status::OK();
@@ -560,6 +579,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   outcome.output_generation = acquired.output_generation;
   outcome.labels_total = static_cast<int64_t>(out.train->size());
   COHORT_RETURN_IF_ERROR(journal.FinishRound(run_id, round, outcome));
+  round_seconds_.push_back(RoundWallSeconds(outcome.timings));
   display_->Note(fmt::format("{}; acquired {} by {}, committed generation {} ({} labels)", summary,
                              acquired.acquired, config_.acquisition.strategy,
                              acquired.output_generation, outcome.labels_total));
@@ -593,6 +613,7 @@ Result<RunOutcome> Controller::RunRounds() {
   // The header keeps the last test accuracy the run measured, though the round resumed has none.
   for (const RoundRecord& r : rounds) {
     if (r.test.accuracy) last_accuracy_ = r.test.accuracy;
+    if (r.status == RoundStatus::kDone) round_seconds_.push_back(RoundWallSeconds(r.timings));
   }
   if (resume.last) {
     if (reconsider) reconsidered_timings_ = resume.last->timings;

@@ -151,7 +151,7 @@ std::optional<double> Display::RoundEta() const {
   return slowest + std::ceil(static_cast<double>(queued) / running) * typical;
 }
 
-// "members 2 done, 1 running, 3 queued  elapsed 1m05s  round eta 2m10s".
+// "members 2 done, 1 running, 3 queued  elapsed 1m05s  round eta 2m10s  run eta 14m".
 std::string Display::RunLine() const {
   int done = 0, running = 0, queued = 0, failed = 0;
   for (const MemberLine& m : members_) {
@@ -163,7 +163,13 @@ std::string Display::RunLine() const {
   std::string line = fmt::format("members {} done, {} running, {} queued", done, running, queued);
   if (failed > 0) line += fmt::format(", {} failed", failed);
   line += "  elapsed " + FormatDuration(SecondsSince(round_started_));
-  if (auto eta = RoundEta()) line += "  round eta " + FormatDuration(*eta);
+  if (auto eta = RoundEta()) {
+    line += "  round eta " + FormatDuration(*eta);
+    if (rounds_after_ && *rounds_after_ > 0 && round_seconds_) {
+      line += "  run eta " +
+              FormatDuration(*eta + static_cast<double>(*rounds_after_) * *round_seconds_);
+    }
+  }
   return line;
 }
 

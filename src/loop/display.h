@@ -1,7 +1,7 @@
 // Display: what `cohort run` shows while it goes.
 //
 // On a terminal: a round header, a run line (members done/running/queued, the round's elapsed
-// time and ETA) and one line per member (device, state, epoch/step, loss, samples/s, ETA,
+// time and ETA, and the run's when the stop rules bound it) and one line per member (device, state, epoch/step, loss, samples/s, ETA,
 // retries; seconds spent predicting; test accuracy once known), each cut to the terminal's
 // width (asked at every redraw, so a resized window is followed), redrawn in place at most
 // every 200 ms, with notes (a member finished, failed, a round committed) scrolling above it;
@@ -73,6 +73,12 @@ class Display {
   // A new round: header fields, and the members' lines reset to queued.
   void StartRound(int64_t round, uint64_t generation, int64_t labels,
                   std::optional<double> last_accuracy, const std::vector<std::string>& members);
+  // What the run line's "run eta" adds to the round's: the rounds the stop rules allow after
+  // this one, and a round's typical wall time; either unknown: no run ETA.
+  void SetRunPlan(std::optional<int64_t> rounds_after, std::optional<double> round_seconds) {
+    rounds_after_ = rounds_after;
+    round_seconds_ = round_seconds;
+  }
   MemberLine& member(size_t index) { return members_.at(index); }
   size_t member_count() const { return members_.size(); }
   // Redraws (terminal) or prints the periodic lines (plain) when it is time; `force` now.
@@ -95,6 +101,8 @@ class Display {
   DisplayOptions options_;
   std::string header_;
   std::vector<MemberLine> members_;
+  std::optional<int64_t> rounds_after_;
+  std::optional<double> round_seconds_;
   int drawn_lines_ = 0;
   std::chrono::steady_clock::time_point round_started_{};
   std::chrono::steady_clock::time_point last_draw_{};

@@ -128,7 +128,9 @@ TEST(DisplayTest, TerminalLinesAreCutToTheWidth) {
     ASSERT_GE(lines.size(), 4u) << text;
     for (const std::string& line : lines) EXPECT_LE(line.size(), 40u) << line;
     EXPECT_NE(text.find("round 3  generation 7  labels 12000  la"), std::string::npos) << text;
-    if (color == 1) EXPECT_NE(text.find("\x1b[0m\n"), std::string::npos) << "colour closed";
+    if (color == 1) {
+      EXPECT_NE(text.find("\x1b[0m\n"), std::string::npos) << "colour closed";
+    }
   }
   EXPECT_EQ(CutToWidth("abc", 0), "abc");
   EXPECT_EQ(CutToWidth("abcdef", 4), "abcd");
@@ -154,6 +156,9 @@ TEST(DisplayTest, RunLineCountsMembersAndEstimatesTheRound) {
     d.member(2).started = now - std::chrono::seconds(50);
     d.member(2).since = now - std::chrono::seconds(5);
     d.Refresh(true);
+    // Two rounds after this one, 5 minutes each: the run's ETA adds them.
+    d.SetRunPlan(2, 300);
+    d.Refresh(true);
   }
   std::string text = out.text();
   // 1 done, 2 running, 1 queued: the slowest running ETA (40 s) plus one wave of a member's
@@ -161,6 +166,7 @@ TEST(DisplayTest, RunLineCountsMembersAndEstimatesTheRound) {
   EXPECT_NE(text.find("  members 1 done, 2 running, 1 queued  elapsed 0s  round eta 1m40s\n"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("round eta 1m40s  run eta 11m40s\n"), std::string::npos) << text;
   EXPECT_NE(text.find("predicting 5s"), std::string::npos) << text;
   EXPECT_NE(text.find("done       test accuracy 0.8125"), std::string::npos) << text;
 }

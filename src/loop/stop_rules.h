@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "loop/config.h"
@@ -30,6 +31,11 @@ struct StopDecision {
   int64_t k = 0;       // samples to acquire when it goes on (0: it retrains as it is)
   bool stops() const { return !reason.empty(); }
 };
+
+// How many rounds the stop rules allow after round `s.round` at most: the fewer of what
+// max_rounds, the label budget and the pool (each round after this one acquires k first) leave;
+// nullopt when only a target metric or nothing bounds the run.
+std::optional<int64_t> RoundsLeftAfter(const LoopConfig& config, const RoundState& s);
 
 // The decision after a round whose ensemble scored `ensemble` on the test table.
 StopDecision DecideAfterRound(const LoopConfig& config, const RoundState& state,

@@ -49,6 +49,19 @@ TEST(StopRulesTest, KIsTheSmallestOfBatchBudgetLeftAndPool) {
   EXPECT_EQ(d.k, 3);
 }
 
+TEST(StopRulesTest, RoundsLeftAreTheFewestAnyRuleAllows) {
+  // 10 rounds, a budget of 25 labels at 10 a round, a pool of 100.
+  LoopConfig c = Config(10, 25, std::nullopt);
+  EXPECT_EQ(RoundsLeftAfter(c, {.round = 0, .labels_used = 0, .pool_size = 100}), 3);
+  EXPECT_EQ(RoundsLeftAfter(c, {.round = 0, .labels_used = 20, .pool_size = 100}), 1);
+  EXPECT_EQ(RoundsLeftAfter(c, {.round = 8, .labels_used = 0, .pool_size = 100}), 1);
+  EXPECT_EQ(RoundsLeftAfter(c, {.round = 0, .labels_used = 0, .pool_size = 15}), 2);
+  EXPECT_EQ(RoundsLeftAfter(c, {.round = 9, .labels_used = 0, .pool_size = 100}), 0);
+  // Only a target bounds it: unknown.
+  LoopConfig open = Config(std::nullopt, std::nullopt, TargetMetric{"accuracy", 0.9, true}, false);
+  EXPECT_EQ(RoundsLeftAfter(open, {.round = 3, .labels_used = 0, .pool_size = 100}), std::nullopt);
+}
+
 TEST(StopRulesTest, NothingLeftToAcquireEndsARunWithoutMaxRounds) {
   // Only a target, an empty pool that does not stop the run: it would retrain forever.
   TargetMetric target{"nll", 0.01, false};
