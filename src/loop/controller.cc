@@ -107,6 +107,9 @@ class Controller {
   // ---- one round
   Result<Tables> OpenTables(uint64_t generation) const;
   RoundState StateOf(int64_t round, const Tables& t) const;
+  // A finished attempt's own test accuracy from its predictions, for its display line; none
+  // when they cannot be read (the attempt's check says why).
+  std::optional<double> MemberTestAccuracy(const AttemptRef& a) const;
   // The mean of the last few finished rounds' wall times (rounds grow with the train table, so
   // the recent ones say more); none before the first.
   std::optional<double> TypicalRoundSeconds() const {
@@ -175,6 +178,7 @@ class Controller {
   // Wall seconds of the run's finished rounds (from the journal and this session): the run
   // line's ETA.
   std::vector<double> round_seconds_;
+  std::vector<int64_t> test_labels_;  // the round's test labels, for MemberTestAccuracy
 };
 
 Status Controller::LoadConfig() {
@@ -298,6 +302,7 @@ Status Controller::StartScheduler() {
   so.memory_limit_bytes = static_cast<uint64_t>(config_.failure.memory_limit_gb * (1 << 30));
   so.log_limit_bytes = static_cast<uint64_t>(config_.failure.log_limit_mb) << 20;
   progress_ = std::make_unique<DisplayProgress>(display_.get());
+  progress_->member_accuracy = [this](const AttemptRef& a) { return MemberTestAccuracy(a); };
   COHORT_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(so, run_.paths, run_.journal.get(),
                                                         run_.run.id, host_, progress_.get()));
   if (slurm != nullptr) {
@@ -327,6 +332,22 @@ Result<Tables> Controller::OpenTables(uint64_t generation) const {
   COHORT_ASSIGN_OR_RETURN(t.pool, t.snap->table(config_.store.pool));
   COHORT_ASSIGN_OR_RETURN(t.test, t.snap->table(config_.store.test));
   return t;
+}
+
+std::optional<double> Controller::MemberTestAccuracy(const AttemptRef& a) const {
+  if (test_labels_.empty()) return std::nullopt;
+  std::string path = run_.paths.Absolute(
+      RunPaths::AttemptFile(RunPaths::AttemptDir(a.member_name, a.round, a.attempt),
+                            protocol::file::kTestPredictions));
+  int64_t width = 0;
+  auto probs = ReadMemberPredictions(path, path, test_labels_.size(), classes_, &width);
+  if (!probs.ok() || width <= 0) return std::nullopt;
+  size_t correct = 0;
+  for (size_t i = 0; i < test_labels_.size(); ++i) {
+    const float* row = probs->data() + i * static_cast<size_t>(width);
+    correct += std::max_element(row, row + width) - row == test_labels_[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(test_labels_.size());
 }
 
 RoundState Controller::StateOf(int64_t round, const Tables& t) const {
@@ -429,6 +450,7 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   display_->StartRound(round, generation, static_cast<int64_t>(t.train->size()), last_accuracy_,
                        names);
   display_->SetRunPlan(RoundsLeftAfter(config_, StateOf(round, t)), TypicalRoundSeconds());
+  test_labels_ = ClassLabelsOf(*t.test);
   ShowPlan(plan, *results);
   COHORT_RETURN_IF_ERROR(CloseLostAttempts(attempts));
   if (plan.tasks.empty()) return Status::OK();

@@ -295,6 +295,9 @@ void DisplayProgress::AttemptDone(const AttemptRef& a, double seconds) {
   line.state = MemberLine::State::kDone;
   line.seconds = seconds;
   line.note = "in " + FormatDuration(seconds);
+  if (member_accuracy) {
+    if (auto accuracy = member_accuracy(a)) line.accuracy = accuracy;
+  }
 }
 
 void DisplayProgress::AttemptFailed(const AttemptRef& a, const std::string& why,

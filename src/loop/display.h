@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,6 +114,9 @@ class Display {
 class DisplayProgress : public ProgressObserver {
  public:
   explicit DisplayProgress(Display* display) : display_(display) {}
+  // Asked when an attempt is done: the member's own test accuracy, shown on its line at once
+  // (the round's metrics come when every member is done). Unset or nullopt: shown later.
+  std::function<std::optional<double>(const AttemptRef&)> member_accuracy;
   void AttemptStarted(const AttemptRef& attempt) override;
   void Training(const AttemptRef& attempt, const TrainingProgress& progress) override;
   void Predicting(const AttemptRef& attempt) override;

@@ -202,6 +202,17 @@ TEST(DisplayTest, ProgressObserverTimesPredictingAndKeepsTheAttemptTime) {
   EXPECT_EQ(d.member(0).since, since);
   p.AttemptDone(ref, 12.5);
   EXPECT_EQ(d.member(0).seconds, 12.5);
+  EXPECT_FALSE(d.member(0).accuracy);  // nobody to ask
+  // With the controller's hook, a member's accuracy shows the moment its attempt is done.
+  AttemptRef asked;
+  p.member_accuracy = [&](const AttemptRef& a) -> std::optional<double> {
+    asked = a;
+    return 0.75;
+  };
+  ref.attempt = 2;
+  p.AttemptDone(ref, 3);
+  EXPECT_EQ(asked.attempt, 2);
+  EXPECT_EQ(d.member(0).accuracy, 0.75);
 }
 
 TEST(DisplayTest, FormatDuration) {
