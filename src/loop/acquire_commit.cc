@@ -127,6 +127,7 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
                                         ? store::Transaction::BeginHeld(c.paths->store(),
                                                                         *c.store_lock, c.env)
                                         : store::Transaction::Begin(c.paths->store(), c.env));
+  out.notes = txn->notes();
   COHORT_RETURN_IF_ERROR(
       txn->Move(config.store.pool, config.store.train, picks.ids, labels ? &*labels : nullptr));
   COHORT_ASSIGN_OR_RETURN(

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -38,6 +39,9 @@ struct AcquireContext {
 struct AcquireResult {
   uint64_t output_generation = 0;
   size_t acquired = 0;
+  // What the store repaired when the commit began (an interrupted commit's manifest removed),
+  // one line each, for the user to see.
+  std::vector<std::string> notes;
 };
 
 // Acquires min(k, pool) samples of `round` on `snap` (the round's input generation) by the

@@ -597,6 +597,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   COHORT_ASSIGN_OR_RETURN(
       AcquireResult acquired,
       AcquireAndCommit(context, round, *t.snap, with_pool, decision.k, &outcome.timings));
+  for (const std::string& note : acquired.notes) display_->Note("warning: " + note);
   COHORT_ASSIGN_OR_RETURN(Tables out, OpenTables(acquired.output_generation));
   outcome.output_generation = acquired.output_generation;
   outcome.labels_total = static_cast<int64_t>(out.train->size());
