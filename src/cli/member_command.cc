@@ -214,6 +214,8 @@ void AddMemberCommands(CLI::App& app, std::function<Status()>* run) {
       ->add_option("--heartbeat", o->worker.heartbeat_interval_s,
                    "Seconds between heartbeats (default 2)")
       ->check(CLI::PositiveNumber);
+  worker->add_option("--log-file", o->worker.log_file,
+                     "Append the log to this file instead of stderr (used under Slurm)");
   worker->callback([o, run] {
     *run = [o]() -> Status {
       int code = worker::RunWorker(o->worker);

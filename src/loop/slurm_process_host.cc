@@ -137,8 +137,15 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
     request.mem = std::to_string(std::max<uint64_t>(1, spec.memory_limit_bytes >> 20)) + "M";
   }
   step.memory_limit_bytes = 0;
+  // A worker writes its log itself, on the node: through srun, every log line would delay the
+  // event after it by ~40 ms (docs/slurm.md, "Latency"). srun's own words still go to the
+  // same file, from here.
+  std::vector<std::string> command = spec.argv;
+  if (worker && !spec.stderr_path.empty()) {
+    command.insert(command.end(), {"--log-file", spec.stderr_path});
+  }
   std::string job_name = JobName("cohort-" + (worker ? std::string("worker") : program));
-  step.argv = launch::SrunArgv(request, job_name, in_allocation_, spec.argv);
+  step.argv = launch::SrunArgv(request, job_name, in_allocation_, command);
   std::erase_if(step.env, [](const auto& kv) { return launch::IsLocalBindingVariable(kv.first); });
   // A step waiting for its resources says nothing; --immediate bounds that wait, so until the
   // first line the heartbeat allows the queue wait on top. A task that hangs before its first

@@ -485,6 +485,14 @@ std::string Hostname() {
 }  // namespace
 
 int RunWorker(const WorkerOptions& options) {
+  if (!options.log_file.empty()) {
+    int fd = ::open(options.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) {
+      Log("cannot open the log file " + options.log_file + ": " + std::strerror(errno));
+      return 1;
+    }
+    ::close(fd);
+  }
   // The launcher binds a cpu:N worker to its cores through COHORT_CPU_SET; it must take effect
   // before any thread exists (libtorch's, ours) so that all of them inherit it.
   if (Status st = launch::ApplyCpuSetFromEnvironment(); !st.ok()) {

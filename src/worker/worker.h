@@ -21,6 +21,10 @@ struct WorkerOptions {
   int threads = 1;             // default intra-op threads on CPU
   double heartbeat_interval_s = 2.0;
   double progress_interval_s = 0.5;  // at most this often per running command
+  // Non-empty: the log (fd 2) is appended to this file instead of the inherited stderr. Under
+  // Slurm the step's stderr would travel through srun beside the events, and each log line
+  // then holds up the next event by TCP's delayed acknowledgement (about 40 ms).
+  std::string log_file;
 };
 
 // Serves commands until stdin closes or a shutdown command; returns the exit status.
