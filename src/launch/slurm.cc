@@ -89,8 +89,7 @@ std::vector<std::string> SrunArgv(const SlurmOptions& o, const std::string& job_
   return argv;
 }
 
-std::vector<std::string> ScancelByNameArgv(const std::string& job_name,
-                                           const std::string& user) {
+std::vector<std::string> ScancelByNameArgv(const std::string& job_name, const std::string& user) {
   return {"scancel", "--quiet", "--name=" + job_name, "--user=" + user};
 }
 

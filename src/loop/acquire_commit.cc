@@ -96,7 +96,9 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
   auto t1 = Clock::now();
   timings->acquire_s = Seconds(t1 - t0);
 
-  AcquireResult out{.output_generation = generation, .acquired = picks.ids.size()};
+  AcquireResult out;
+  out.output_generation = generation;
+  out.acquired = picks.ids.size();
   if (picks.ids.empty()) {  // nothing to label: the next round retrains
     MaybeCrash("committed");
     return out;
@@ -117,16 +119,16 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
         c.paths->store(), current, round, generation));
   }
   COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kLabelling));
-  COHORT_ASSIGN_OR_RETURN(auto labels, LabelSamples(config, *c.paths, round, generation, *pool,
-                                                    *train, picks.ids, picks.rows, c.classes,
-                                                    c.scheduler));
+  COHORT_ASSIGN_OR_RETURN(
+      auto labels, LabelSamples(config, *c.paths, round, generation, *pool, *train, picks.ids,
+                                picks.rows, c.classes, c.scheduler));
   auto t2 = Clock::now();
   timings->label_s = Seconds(t2 - t1);
   COHORT_RETURN_IF_ERROR(c.journal->SetRoundPhase(c.run_id, round, RoundStatus::kCommitting));
-  COHORT_ASSIGN_OR_RETURN(auto txn, c.store_lock != nullptr
-                                        ? store::Transaction::BeginHeld(c.paths->store(),
-                                                                        *c.store_lock, c.env)
-                                        : store::Transaction::Begin(c.paths->store(), c.env));
+  COHORT_ASSIGN_OR_RETURN(
+      auto txn, c.store_lock != nullptr
+                    ? store::Transaction::BeginHeld(c.paths->store(), *c.store_lock, c.env)
+                    : store::Transaction::Begin(c.paths->store(), c.env));
   out.notes = txn->notes();
   COHORT_RETURN_IF_ERROR(
       txn->Move(config.store.pool, config.store.train, picks.ids, labels ? &*labels : nullptr));

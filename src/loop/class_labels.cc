@@ -108,8 +108,8 @@ Result<int64_t> RunClassCount(const LoopConfig& config, const store::Snapshot& s
   int64_t classes = configured;
   std::string hint = "labels are class indices 0..classes-1";
   if (configured > 0) {
-    hint = from_model ? fmt::format("the members' final layer has {} units ({}.model)",
-                                    configured, MemberWhere(config, configured_by))
+    hint = from_model ? fmt::format("the members' final layer has {} units ({}.model)", configured,
+                                    MemberWhere(config, configured_by))
                       : fmt::format("the members' `classes` is {} ({})", configured,
                                     MemberWhere(config, configured_by));
   } else {

@@ -100,7 +100,8 @@ TEST_F(ClassLabelsTest, TheMembersClassesWinAndMustAgree) {
     at += 20;
   }
   // The final layer says 5 too (a mismatch is refused when the config is parsed).
-  for (at = 0; (at = five.find("dense 3\"", at)) != std::string::npos;) five.replace(at, 7, "dense 5");
+  for (at = 0; (at = five.find("dense 3\"", at)) != std::string::npos;)
+    five.replace(at, 7, "dense 5");
   auto config = ParseLoopConfig(five, dir_ + "/loop.toml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto snap = store::Snapshot::Open(dir_ + "/source");

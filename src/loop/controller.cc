@@ -336,9 +336,8 @@ Result<Tables> Controller::OpenTables(uint64_t generation) const {
 
 std::optional<double> Controller::MemberTestAccuracy(const AttemptRef& a) const {
   if (test_labels_.empty()) return std::nullopt;
-  std::string path = run_.paths.Absolute(
-      RunPaths::AttemptFile(RunPaths::AttemptDir(a.member_name, a.round, a.attempt),
-                            protocol::file::kTestPredictions));
+  std::string path = run_.paths.Absolute(RunPaths::AttemptFile(
+      RunPaths::AttemptDir(a.member_name, a.round, a.attempt), protocol::file::kTestPredictions));
   int64_t width = 0;
   auto probs = ReadMemberPredictions(path, path, test_labels_.size(), classes_, &width);
   if (!probs.ok() || width <= 0) return std::nullopt;

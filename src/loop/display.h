@@ -1,13 +1,13 @@
 // Display: what `cohort run` shows while it goes.
 //
 // On a terminal: a round header, a run line (members done/running/queued, the round's elapsed
-// time and ETA, and the run's when the stop rules bound it) and one line per member (device, state, epoch/step, loss, samples/s, ETA,
-// retries; seconds spent predicting; test accuracy once known), each cut to the terminal's
-// width (asked at every redraw, so a resized window is followed), redrawn in place at most
-// every 200 ms, with notes (a member finished, failed, a round committed) scrolling above it;
-// colours unless NO_COLOR is set (https://no-color.org) or TERM is "dumb". Anywhere else (a file, a
-// pipe, CI): plain lines, one per note, plus every `plain_interval` one line per running member,
-// never a control sequence.
+// time and ETA, and the run's when the stop rules bound it) and one line per member (device, state,
+// epoch/step, loss, samples/s, ETA, retries; seconds spent predicting; test accuracy once known),
+// each cut to the terminal's width (asked at every redraw, so a resized window is followed),
+// redrawn in place at most every 200 ms, with notes (a member finished, failed, a round committed)
+// scrolling above it; colours unless NO_COLOR is set (https://no-color.org) or TERM is "dumb".
+// Anywhere else (a file, a pipe, CI): plain lines, one per note, plus every `plain_interval` one
+// line per running member, never a control sequence.
 //
 // Thread-safety: used by the controller thread only.
 #pragma once

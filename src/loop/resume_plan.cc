@@ -141,17 +141,18 @@ std::string DescribeResumedRound(const LoopConfig& config, int64_t round, uint64
   for (const MemberTask& task : plan.tasks) {
     int failures = plan.failures[task.index];
     again.push_back(fmt::format(
-        "{} (attempt {}, {} tr{} left{})", task.member->name, task.next_attempt,
-        task.attempts_left, task.attempts_left == 1 ? "y" : "ies",
+        "{} (attempt {}, {} tr{} left{})", task.member->name, task.next_attempt, task.attempts_left,
+        task.attempts_left == 1 ? "y" : "ies",
         failures > 0 ? fmt::format(" after {} failure{}", failures, failures == 1 ? "" : "s")
                      : ""));
   }
   std::vector<std::string> parts;
   if (!kept.empty()) {
-    parts.push_back(list(kept) +
-                    (kept.size() == 1 ? " keeps its finished attempt" : " keep their finished attempts"));
+    parts.push_back(list(kept) + (kept.size() == 1 ? " keeps its finished attempt"
+                                                   : " keep their finished attempts"));
   }
-  if (!again.empty()) parts.push_back(list(again) + (again.size() == 1 ? " runs again" : " run again"));
+  if (!again.empty())
+    parts.push_back(list(again) + (again.size() == 1 ? " runs again" : " run again"));
   if (!failed.empty()) {
     parts.push_back(list(failed) + (failed.size() == 1 ? " stays" : " stay") +
                     " failed (out of attempts)");

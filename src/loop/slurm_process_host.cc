@@ -1,6 +1,8 @@
 #include "loop/slurm_process_host.h"
 
 #include <fmt/format.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +12,8 @@
 #include <random>
 #include <utility>
 
-#include <pwd.h>
-#include <unistd.h>
-
 #include "common/file_util.h"
+#include "common/worker_protocol.h"
 
 namespace cohort::loop {
 
@@ -51,6 +51,14 @@ class SlurmProcessHost::Adapter : public ProcessHost::Listener {
   void OnEvent(ProcessId process, nlohmann::json event) override {
     if (host_->cancels_.contains(process)) return;
     Started(process);
+    // A command's end (done, error) is answered by the next command, which acknowledges it.
+    const auto* kind = event.is_object() && event.contains("ev")
+                           ? event["ev"].get_ptr<const std::string*>()
+                           : nullptr;
+    if (kind != nullptr &&
+        (*kind == protocol::ev::kProgress || *kind == protocol::ev::kHeartbeat)) {
+      Acknowledge(process);
+    }
     listener_->OnEvent(process, std::move(event));
   }
   void OnLog(ProcessId process, std::string_view line) override {
@@ -75,6 +83,18 @@ class SlurmProcessHost::Adapter : public ProcessHost::Listener {
   }
 
  private:
+  // A blank line back to a worker for each progress or heartbeat event (workers skip blank
+  // lines). srun and slurmstepd relay a step's stdio over TCP with Nagle's algorithm on: a line
+  // the task prints soon after another waits until the first is acknowledged, and the receiver
+  // delays that by ~40 ms unless data goes back the other way, which the blank line is.
+  // Without it, the event that ends a command is held that long whenever a progress event just
+  // preceded it. Not after a command's end: the next command acknowledges that, and a blank
+  // line just before it would hold the command back the same way.
+  void Acknowledge(ProcessId process) {
+    auto it = host_->steps_.find(process);
+    if (it != host_->steps_.end() && it->second.worker) (void)host_->local_->Write(process, "");
+  }
+
   void Started(ProcessId process) {
     auto it = host_->steps_.find(process);
     if (it == host_->steps_.end() || it->second.started) return;
@@ -159,7 +179,8 @@ Result<ProcessId> SlurmProcessHost::Start(const launch::SpawnSpec& spec) {
   COHORT_ASSIGN_OR_RETURN(ProcessId id, local_->Start(step));
   steps_[id] = Step{.log_path = spec.stderr_path,
                     .heartbeat_timeout = spec.heartbeat_timeout,
-                    .job_name = in_allocation_ ? "" : job_name};
+                    .job_name = in_allocation_ ? "" : job_name,
+                    .worker = worker};
   return id;
 }
 

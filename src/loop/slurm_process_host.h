@@ -62,6 +62,7 @@ class SlurmProcessHost : public ProcessHost {
     std::chrono::milliseconds heartbeat_timeout{0};
     bool started = false;  // printed its first line
     std::string job_name;  // outside an allocation: the step's own job, unique to it
+    bool worker = false;   // a `cohort-member worker`: reads the protocol on its stdin
   };
   SlurmProcessHost(launch::SlurmOptions options, std::unique_ptr<LocalProcessHost> local);
   std::string EndDetail(const Step& step, const launch::ExitInfo& info) const;
@@ -74,7 +75,7 @@ class SlurmProcessHost : public ProcessHost {
   bool in_allocation_ = false;
   std::unique_ptr<LocalProcessHost> local_;
   std::map<ProcessId, Step> steps_;
-  std::string token_;    // this controller's part of its job names
+  std::string token_;  // this controller's part of its job names
   int64_t next_job_ = 0;
   std::set<ProcessId> cancels_;  // scancel children
 };

@@ -26,7 +26,9 @@ std::optional<int64_t> RoundsLeftAfter(const LoopConfig& config, const RoundStat
   const StopConfig& stop = config.stop;
   const int64_t k = std::max<int64_t>(1, config.acquisition.batch_size);
   std::optional<int64_t> left;
-  auto bound = [&](int64_t rounds) { left = std::min(left.value_or(rounds), std::max<int64_t>(0, rounds)); };
+  auto bound = [&](int64_t rounds) {
+    left = std::min(left.value_or(rounds), std::max<int64_t>(0, rounds));
+  };
   if (stop.max_rounds) bound(*stop.max_rounds - s.round - 1);
   if (stop.label_budget) bound((*stop.label_budget - s.labels_used + k - 1) / k);
   if (stop.stop_when_pool_exhausted) bound((static_cast<int64_t>(s.pool_size) + k - 1) / k);

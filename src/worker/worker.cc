@@ -39,10 +39,10 @@
 #include "common/worker_protocol.h"
 #include "launch/device.h"
 #include "model/config_json.h"
-#include "worker/fault_injection.h"
 #include "model/member.h"
 #include "store/snapshot.h"
 #include "worker/command.h"
+#include "worker/fault_injection.h"
 
 namespace cohort::worker {
 
