@@ -108,6 +108,9 @@ class ReportOfAFinishedRun(unittest.TestCase):
         self.assertNotRegex(self.html, r"<img[^>]*src=\"(?!data:image/png;base64,)")
         self.assertNotIn("http-equiv=\"refresh\"", self.html)  # finished: no reload
         self.assertIn("<span class=\"status finished\">finished</span>", self.html)
+        # The libtorch the workers named in their hello, journalled with their attempts.
+        self.assertRegex(self.html, r"libtorch the native members trained with</th>"
+                                    r"<td class=\"l\">\d+\.\d+")
 
     def test_in_chromium(self):
         why = browser.available()

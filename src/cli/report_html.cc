@@ -1,6 +1,7 @@
 #include "cli/report_html.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -661,10 +662,15 @@ std::string ConfigSection(const ReportData& d) {
   auto row = [&](const std::string& k, const std::string& v) {
     s += "<tr><th class=\"l\">" + Escape(k) + "</th><td class=\"l\">" + v + "</td></tr>";
   };
-  std::set<std::string> nodes, gpus;
+  std::set<std::string> nodes, gpus, torch;
   for (const auto& a : d.attempts) {
     if (a.record.node) nodes.insert(*a.record.node);
     if (a.record.gpus && !a.record.gpus->empty()) gpus.insert(*a.record.gpus);
+    if (a.record.metrics_json) {
+      auto metrics = nlohmann::json::parse(*a.record.metrics_json, nullptr, false);
+      auto it = metrics.is_object() ? metrics.find("worker_torch") : metrics.end();
+      if (it != metrics.end() && it->is_string()) torch.insert(it->get<std::string>());
+    }
   }
   auto join = [](const std::set<std::string>& v) {
     std::string out;
@@ -682,9 +688,10 @@ std::string ConfigSection(const ReportData& d) {
   row("hosts the workers ran on", join(nodes));
   row("GPUs the workers saw (CUDA_VISIBLE_DEVICES)", join(gpus));
   row("report written by", "cohort " + Escape(d.cohort_version) + " at " + Escape(d.generated_at));
-  row("library versions",
-      "<span class=\"muted\">not recorded in the journal (a worker's <code>hello</code> names "
-      "them in its log)</span>");
+  row("libtorch the native members trained with",
+      torch.empty() ? std::string("<span class=\"muted\">not recorded (outside members only, "
+                                  "or a run journalled before cohort recorded it)</span>")
+                    : join(torch));
   s += "</table><h3>loop.toml as the run was started</h3><pre>" + Escape(d.config_toml) +
        "</pre></section>\n";
   return s;

@@ -63,6 +63,7 @@ struct Scheduler::Slot {
   bool ready = false;    // hello received
   std::string node;      // the worker's host, from its hello
   std::string gpus;      // the CUDA_VISIBLE_DEVICES it saw, from its hello
+  std::string torch;     // its libtorch version, from its hello
   std::string log_path;  // relative
   std::optional<Attempt> attempt;
   Clock::time_point idle_since;
@@ -368,6 +369,7 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
     slot.ready = true;
     slot.node = JsonStringField(event, "hostname");
     slot.gpus = JsonStringField(event, "cuda_visible_devices");
+    slot.torch = JsonStringField(event, "torch");
     if (native_attempt && fatal_.ok()) fatal_ = JournalPlacement(slot);
     if (native_attempt && fatal_.ok()) fatal_ = SendNext(slot);
     return;
@@ -536,7 +538,8 @@ void Scheduler::CopyAttemptLog(const Slot& slot, const Attempt& a) {
 }
 
 void Scheduler::RecordResult(const Attempt& a, AttemptStatus status, const std::string& exit,
-                             Clock::time_point now, AttemptEnd* end) {
+                             Clock::time_point now, const std::string& worker_torch,
+                             AttemptEnd* end) {
   MemberResult scratch;  // attempts ended after the round returned (the destructor's kill)
   MemberResult& result = results_ != nullptr ? (*results_)[a.task.index] : scratch;
   result.attempt = a.number;
@@ -546,8 +549,10 @@ void Scheduler::RecordResult(const Attempt& a, AttemptStatus status, const std::
     return;
   }
   bool script = a.is_script();
-  end->metrics_json =
-      AttemptMetrics(a.train_done, script, a.predict_seconds, Seconds(now - a.started)).dump();
+  json metrics = AttemptMetrics(a.train_done, script, a.predict_seconds, Seconds(now - a.started));
+  // Not a metric: which libtorch trained it, for the report's "versions".
+  if (!script && !worker_torch.empty()) metrics["worker_torch"] = worker_torch;
+  end->metrics_json = metrics.dump();
   end->checkpoint = RunPaths::AttemptFile(
       a.dir, script ? protocol::file::kScriptCheckpoint : protocol::file::kNativeCheckpoint);
   bool pool = a.task.predict_pool || script;
@@ -585,7 +590,7 @@ void Scheduler::EndAttempt(Slot& slot, AttemptStatus status, const std::string& 
   AttemptEnd end;
   end.status = status;
   end.exit = exit;
-  RecordResult(a, status, exit, now, &end);
+  RecordResult(a, status, exit, now, slot.torch, &end);
   if (status == AttemptStatus::kDone) {
     observer_->AttemptDone(ref, Seconds(now - a.started));
   } else {

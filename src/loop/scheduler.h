@@ -162,8 +162,10 @@ class Scheduler {
   void RecordEpochs(const Attempt& attempt);
   // Ends the slot's attempt; requeues its task when it failed and has attempts left.
   void EndAttempt(Slot& slot, AttemptStatus status, const std::string& exit);
+  // `worker_torch`: the libtorch version the slot's worker named in its hello ("" for none).
   void RecordResult(const Attempt& attempt, AttemptStatus status, const std::string& exit,
-                    launch::Clock::time_point now, AttemptEnd* end);
+                    launch::Clock::time_point now, const std::string& worker_torch,
+                    AttemptEnd* end);
   void CopyAttemptLog(const Slot& slot, const Attempt& attempt);
   void AppendLog(const std::string& path, std::string_view line);
   Status PollOnce(std::chrono::milliseconds timeout);
