@@ -449,7 +449,9 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   display_->StartRound(round, generation, static_cast<int64_t>(t.train->size()), last_accuracy_,
                        names);
   display_->SetRunPlan(RoundsLeftAfter(config_, StateOf(round, t)), TypicalRoundSeconds());
-  test_labels_ = ClassLabelsOf(*t.test);
+  test_labels_.clear();
+  if (t.test->schema().label_kind == store::LabelKind::kClass)
+    test_labels_ = ClassLabelsOf(*t.test);
   ShowPlan(plan, *results);
   COHORT_RETURN_IF_ERROR(CloseLostAttempts(attempts));
   if (plan.tasks.empty()) return Status::OK();
