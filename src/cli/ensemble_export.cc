@@ -38,16 +38,8 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 Status RunExport(const ExportOptions& o) {
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
-  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::FinishedMembersOf(run, o.round));
+  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort export writes"));
   const int64_t round = chosen.first;
-  for (const auto& m : chosen.second) {
-    if (m.checkpoint.empty()) {
-      return Status::InvalidArgument(fmt::format(
-          "round {} member {} is an outside-script member: cohort export writes native members "
-          "only (its weights are its script's own)",
-          round, m.name));
-    }
-  }
   std::error_code ec;
   if (fs::exists(o.out) && !fs::is_empty(o.out, ec)) {
     return Status::AlreadyExists(o.out +

@@ -167,16 +167,8 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
     return Status::InvalidArgument("--store and --table go together");
   }
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
-  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::FinishedMembersOf(run, o.round));
+  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort predict runs"));
   const int64_t round = chosen.first;
-  for (const auto& m : chosen.second) {
-    if (m.checkpoint.empty()) {
-      return Status::InvalidArgument(fmt::format(
-          "round {} member {} is an outside-script member: cohort predict runs native members "
-          "only (its weights are its script's own)",
-          round, m.name));
-    }
-  }
   // What the members were trained on.
   COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
   uint64_t trained_on = 0;

@@ -1,5 +1,7 @@
 #include "loop/run_reader.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -94,6 +96,20 @@ Result<std::pair<int64_t, std::vector<FinishedMember>>> FinishedMembersOf(
                             " has no finished member");
   }
   return std::make_pair(chosen->round, std::move(out));
+}
+
+Result<std::pair<int64_t, std::vector<FinishedMember>>> NativeMembersOf(
+    const RunReader& run, std::optional<int64_t> round, const std::string& verb) {
+  COHORT_ASSIGN_OR_RETURN(auto chosen, FinishedMembersOf(run, round));
+  for (const auto& m : chosen.second) {
+    if (m.checkpoint.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "round {} member {} is an outside-script member: {} native members only (its weights "
+          "are its script's own)",
+          chosen.first, m.name, verb));
+    }
+  }
+  return chosen;
 }
 
 }  // namespace cohort::loop

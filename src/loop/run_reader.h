@@ -50,4 +50,9 @@ struct FinishedMember {
 Result<std::pair<int64_t, std::vector<FinishedMember>>> FinishedMembersOf(
     const RunReader& run, std::optional<int64_t> round);
 
+// FinishedMembersOf, refusing a round with an outside-script member: their weights are their
+// script's own, so commands that load the ensemble (`verb`: "cohort predict runs") cannot.
+Result<std::pair<int64_t, std::vector<FinishedMember>>> NativeMembersOf(
+    const RunReader& run, std::optional<int64_t> round, const std::string& verb);
+
 }  // namespace cohort::loop
