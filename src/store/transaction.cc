@@ -33,8 +33,8 @@ struct Transaction::TableState {
   const std::byte* LabelOf(uint64_t ref) const {
     return views.at(RefSegment(ref)).y + RefRow(ref) * schema.label_row_bytes();
   }
-  // Positions in `refs` of the given ids; NotFound for an unknown id, InvalidArgument for a
-  // repeated one.
+  // Positions in `refs` of the given ids; NotFound naming the first few unknown ids,
+  // InvalidArgument naming the first few repeated ones.
   Result<std::vector<size_t>> PositionsOf(std::span<const uint64_t> ids,
                                           const std::string& name) const {
     std::unordered_map<uint64_t, size_t> pos;
@@ -43,18 +43,37 @@ struct Transaction::TableState {
     std::vector<size_t> out;
     out.reserve(ids.size());
     std::unordered_set<uint64_t> seen;
+    std::vector<uint64_t> unknown;
+    std::vector<uint64_t> repeated;
     for (uint64_t id : ids) {
       auto it = pos.find(id);
       if (it == pos.end()) {
-        return Status::NotFound("sample id " + std::to_string(id) + " is not in table " + name);
+        unknown.push_back(id);
+      } else if (!seen.insert(id).second) {
+        repeated.push_back(id);
+      } else {
+        out.push_back(it->second);
       }
-      if (!seen.insert(id).second) {
-        return Status::InvalidArgument("sample id " + std::to_string(id) +
-                                       " is given twice for table " + name);
-      }
-      out.push_back(it->second);
+    }
+    if (!unknown.empty()) {
+      return Status::NotFound(IdsText(unknown) + (unknown.size() == 1 ? " is" : " are") +
+                              " not in table " + name);
+    }
+    if (!repeated.empty()) {
+      return Status::InvalidArgument(IdsText(repeated) + (repeated.size() == 1 ? " is" : " are") +
+                                     " given twice for table " + name);
     }
     return out;
+  }
+  // "sample id 7", or "3 sample ids 7, 8, 9" naming at most the first five.
+  static std::string IdsText(const std::vector<uint64_t>& ids) {
+    constexpr size_t kNamed = 5;
+    if (ids.size() == 1) return "sample id " + std::to_string(ids[0]);
+    std::string s = std::to_string(ids.size()) + " sample ids ";
+    for (size_t i = 0; i < ids.size() && i < kNamed; i++) {
+      s += (i > 0 ? ", " : "") + std::to_string(ids[i]);
+    }
+    return ids.size() > kNamed ? s + ", ..." : s;
   }
   // Features, labels (if asked) and ids of the given rows, copied into one buffer each.
   struct Rows {
@@ -446,6 +465,35 @@ Status Transaction::Move(const std::string& from, const std::string& to,
   for (uint64_t i = 0; i < k; i++) dst->refs.push_back(MakeRowRef(seg.id, i));
   src->changed = true;
   dst->changed = true;
+  return Status::OK();
+}
+
+Status Transaction::Relabel(const std::string& table, std::span<const uint64_t> ids,
+                            const HostArray& labels) {
+  COHORT_ASSIGN_OR_RETURN(TableState * t, MutableTable(table));
+  if (!t->schema.has_labels()) {
+    return Status::InvalidArgument("cannot relabel table " + table + ": it has no labels");
+  }
+  const uint64_t k = ids.size();
+  if (labels.rows() != k) {
+    return Status::InvalidArgument("relabel " + table + ": " + std::to_string(labels.rows()) +
+                                   " labels for " + std::to_string(k) + " samples");
+  }
+  COHORT_RETURN_IF_ERROR(CheckLabels(table, t->schema, &labels, k));
+  COHORT_ASSIGN_OR_RETURN(auto positions, t->PositionsOf(ids, table));
+  if (k == 0) return Status::OK();
+
+  std::vector<uint64_t> refs(k);
+  for (uint64_t i = 0; i < k; i++) refs[i] = t->refs[positions[i]];
+  COHORT_RETURN_IF_ERROR(VerifySegmentsOf(table, *t, refs));
+  TableState::Rows rows = t->Collect(refs, /*with_labels=*/false);
+  COHORT_ASSIGN_OR_RETURN(SegmentEntry seg,
+                          WriteSegment(table, t->schema, rows.count, rows.x.data(),
+                                       labels.data.data(), rows.ids.data()));
+  COHORT_RETURN_IF_ERROR(MapSegment(t, seg));
+  // The rows keep their places; what they pointed at is now dead, as after a removal.
+  for (uint64_t i = 0; i < k; i++) t->refs[positions[i]] = MakeRowRef(seg.id, i);
+  t->changed = true;
   return Status::OK();
 }
 

@@ -3,13 +3,13 @@
 // Begin() takes the store's LOCK (one writer at a time; a second gets Busy naming the
 // holder's pid), removes what an interrupted writer left behind, and starts from the
 // generation CURRENT names. Appends write new segment files at once (O(k) bytes for k
-// samples, never touching existing segments); removals and moves change only the in-memory
-// row lists. Commit() writes the changed tables' rows files, the manifest and then CURRENT,
-// each synced before the next (docs/store-format.md, "Durability"), and returns the new
-// generation number. A transaction that is destroyed without committing leaves CURRENT as
-// it was and deletes the files it wrote. Moves and compaction copy rows only out of segments
-// whose checksums hold; Begin refuses a store whose CURRENT was set back behind committed
-// generations rather than delete them.
+// samples, never touching existing segments), and so do moves and relabels (a copy of the
+// k rows they touch); removals change only the in-memory row lists. Commit() writes the changed
+// tables' rows files, the manifest and then CURRENT, each synced before the next
+// (docs/store-format.md, "Durability"), and returns the new generation number. A transaction that
+// is destroyed without committing leaves CURRENT as it was and deletes the files it wrote. Moves,
+// relabels and compaction copy rows only out of segments whose checksums hold; Begin refuses a
+// store whose CURRENT was set back behind committed generations rather than delete them.
 //
 // Thread-safety: one thread at a time. Readers (Snapshot) never wait for a writer.
 #pragma once
@@ -79,6 +79,14 @@ class Transaction {
   // they are required when the source has no labels and the destination has.
   Status Move(const std::string& from, const std::string& to, std::span<const uint64_t> ids,
               const HostArray* labels = nullptr);
+  // Gives live rows of a table new labels (k,) / (k, *label_shape), checked against the
+  // schema as Append checks them, keeping their sample ids and their place in table order.
+  // Like Move, it copies the rows' features and ids (out of sound segments only) into one new
+  // segment with the new labels, so the old rows stay in their segments as dead rows, counted
+  // by compaction exactly as removed ones. NotFound naming the first unknown ids,
+  // InvalidArgument for repeated ids, wrong labels or a table without labels; nothing changes
+  // then.
+  Status Relabel(const std::string& table, std::span<const uint64_t> ids, const HostArray& labels);
   // Rewrites the live rows of every table whose dead fraction (dead rows / rows held in its
   // segments) is above `threshold` into one fresh segment. Returns the tables rewritten.
   Result<std::vector<std::string>> Compact(double threshold);
