@@ -1,10 +1,10 @@
 #include "cli/report_html.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "cli/png.h"
@@ -270,6 +270,7 @@ std::string TimelineSection(const ReportData& d) {
     double busy_until = -1e300;
   };
   std::vector<Lane> lanes;
+  lanes.reserve(devices.size());
   for (const auto& dev : devices) lanes.push_back({dev});
   for (const auto& a : d.attempts) {
     if (!a.start_s) continue;

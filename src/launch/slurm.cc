@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -16,13 +17,13 @@ std::string Env(const char* name) {
 }
 
 // Sums Slurm's compressed per-node counts: "4(x2),2" is 4 + 4 + 2.
-long SumNodeCounts(std::string_view text) {
-  long total = 0;
+int64_t SumNodeCounts(std::string_view text) {
+  int64_t total = 0;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find(',', pos);
     std::string_view item = text.substr(pos, end == std::string_view::npos ? text.npos : end - pos);
-    long count = 0, repeat = 1;
+    int64_t count = 0, repeat = 1;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), count);
     if (ec != std::errc()) return 0;
     if (auto x = item.find("(x"); x != std::string_view::npos) {
@@ -37,13 +38,13 @@ long SumNodeCounts(std::string_view text) {
 
 // GPUs of the allocation: SLURM_JOB_GPUS lists their ids ("0,1,2,3") on the first node; with
 // several nodes, SLURM_GPUS_ON_NODE times the nodes.
-long AllocationGpus() {
-  long nodes = std::max(1L, std::atol(Env("SLURM_JOB_NUM_NODES").c_str()));
+int64_t AllocationGpus() {
+  int64_t nodes = std::max<int64_t>(1, std::atoll(Env("SLURM_JOB_NUM_NODES").c_str()));
   std::string per_node = Env("SLURM_GPUS_ON_NODE");
-  if (!per_node.empty()) return std::atol(per_node.c_str()) * nodes;
+  if (!per_node.empty()) return std::atoll(per_node.c_str()) * nodes;
   std::string ids = Env("SLURM_JOB_GPUS");
   if (ids.empty()) return 0;
-  return (static_cast<long>(std::count(ids.begin(), ids.end(), ',')) + 1) * nodes;
+  return (static_cast<int64_t>(std::count(ids.begin(), ids.end(), ',')) + 1) * nodes;
 }
 
 }  // namespace
@@ -51,14 +52,14 @@ long AllocationGpus() {
 bool InSlurmAllocation() { return !Env("SLURM_JOB_ID").empty(); }
 
 int AllocationSlots(const SlurmOptions& options) {
-  long slots = 0;
+  int64_t slots = 0;
   if (options.gpus_per_member > 0) {
     slots = AllocationGpus() / options.gpus_per_member;
   } else {
-    long cpus = SumNodeCounts(Env("SLURM_JOB_CPUS_PER_NODE"));
+    int64_t cpus = SumNodeCounts(Env("SLURM_JOB_CPUS_PER_NODE"));
     slots = cpus / std::max(1, options.cpus_per_member);
   }
-  return static_cast<int>(std::clamp(slots, 1L, 100000L));
+  return static_cast<int>(std::clamp<int64_t>(slots, 1, 100000));
 }
 
 std::vector<std::string> SrunArgv(const SlurmOptions& o, const std::string& job_name,
