@@ -43,7 +43,7 @@ std::string TableWhat(const store::Snapshot& snap, const std::string& name) {
 std::vector<int64_t> ClassLabelsOf(const store::Table& table) {
   store::HostArray labels = table.ReadLabels();
   std::vector<int64_t> out(table.size());
-  std::memcpy(out.data(), labels.data.data(), out.size() * sizeof(int64_t));
+  if (!out.empty()) std::memcpy(out.data(), labels.data.data(), out.size() * sizeof(int64_t));
   return out;
 }
 

@@ -32,7 +32,7 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
         fmt::format("{}: {} classes where the run has {}", name, width, expected_classes));
   }
   std::vector<float> values(array->data.size() / sizeof(float));
-  std::memcpy(values.data(), array->data.data(), array->data.size());
+  if (!values.empty()) std::memcpy(values.data(), array->data.data(), array->data.size());
   auto view = MakeEnsemblePredictions(values, 1, static_cast<int64_t>(rows), width);
   std::vector<std::string> names;
   if (!member.empty()) names.push_back(member);

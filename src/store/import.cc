@@ -557,7 +557,9 @@ Status AddCsvRow(const std::vector<std::string>& fields, const CsvColumns& colum
 // Float32 features of shape (rows, feature columns).
 HostArray CsvFeatureArray(const CsvValues& values, const CsvColumns& columns) {
   HostArray x(Dtype::kFloat32, {values.labels.size(), columns.features()});
-  std::memcpy(x.data.data(), values.features.data(), values.features.size() * sizeof(float));
+  if (!values.features.empty()) {
+    std::memcpy(x.data.data(), values.features.data(), values.features.size() * sizeof(float));
+  }
   return x;
 }
 
