@@ -631,8 +631,7 @@ void CheckClassesAgree(Errors* e, const model::TrainConfig& train, const Setting
   auto [classes_line, classes_field] = where.Locate("classes");
   e->Fail(line, field,
           train.member + "'s final layer '" + last.text + "' has " + std::to_string(last.units) +
-              " units but " +
-              classes_field + " = " + std::to_string(train.classes) + " (line " +
+              " units but " + classes_field + " = " + std::to_string(train.classes) + " (line " +
               std::to_string(classes_line) + "); the output layer needs one unit per class, so " +
               "make them agree");
 }
@@ -767,6 +766,84 @@ void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracl
   }
 }
 
+// One [[update]] entry, the index-th (from 0).
+bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base, LoopConfig* c) {
+  const std::string prefix = "update[" + std::to_string(index + 1) + "].";
+  if (!t.is_table()) {
+    e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
+    return false;
+  }
+  UpdateStepConfig step;
+  step.line = LineOf(t);
+  Reader u(e, &t, prefix, step.line, {"kind", "name", "command", "timeout_s"});
+  std::string kind;
+  if (!u.String("kind", &kind)) {
+    if (u.ok()) u.Missing("kind", "one of acquire, command");
+    return false;
+  }
+  const std::vector<std::string> kinds = {"acquire", "command"};
+  if (kind == "acquire") {
+    step.kind = UpdateStepConfig::Kind::kAcquire;
+    for (const char* key : {"command", "timeout_s"}) {
+      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"command\"");
+    }
+    for (const auto& other : c->updates) {
+      if (other.kind == UpdateStepConfig::Kind::kAcquire) {
+        u.Fail("kind", "a run has at most one acquire step (the other is at line " +
+                           std::to_string(other.line) + ")");
+      }
+    }
+  } else if (kind == "command") {
+    step.kind = UpdateStepConfig::Kind::kCommand;
+    const TV* cmd = u.Get("command");
+    if (cmd == nullptr) {
+      u.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
+    } else {
+      ReadArgv(e, *cmd, prefix + "command", base, &step.command);
+    }
+    if (u.Number("timeout_s", &step.timeout_s) &&
+        !(step.timeout_s >= 0 && step.timeout_s <= kMaxSeconds)) {
+      u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
+    }
+  } else {
+    std::string suggestion = ClosestName(kind, kinds);
+    u.Fail("kind", "unknown update step '" + kind + "'" +
+                       (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
+                       "; one of " + NameList(kinds));
+  }
+  if (!u.ok()) return false;
+  if (u.String("name", &step.name) && !ValidName(step.name)) {
+    u.Fail("name", "'" + step.name + "' is not a valid step name: " + kNameRule);
+  }
+  if (!u.ok()) return false;
+  if (step.name.empty()) {
+    step.name = step.kind == UpdateStepConfig::Kind::kAcquire
+                    ? "acquire"
+                    : fs::path(step.command.front()).filename().string();
+  }
+  c->updates.push_back(std::move(step));
+  return true;
+}
+
+void ParseUpdates(Errors* e, Reader& r, const fs::path& base, LoopConfig* c) {
+  if (const TV* u = r.Get("update"); u != nullptr && r.ok()) {
+    if (!u->is_array() || u->as_array().empty() || !u->as_array()[0].is_table()) {
+      r.Fail("update", "expected [[update]] tables, got " + Shown(*u));
+      return;
+    }
+    c->updates_explicit = true;
+    const auto& entries = u->as_array();
+    for (size_t i = 0; i < entries.size() && r.ok(); i++) {
+      if (!ParseUpdateStep(e, entries[i], i, base, c)) return;
+    }
+  }
+  if (r.ok() && c->updates.empty()) {
+    UpdateStepConfig step;
+    step.name = "acquire";
+    c->updates.push_back(std::move(step));
+  }
+}
+
 // stop.target: only a metric the loop computes can ever be reached.
 void ParseTarget(Errors* e, const TV& target, StopConfig* stop) {
   Reader tr(e, &target, "stop.target.", LineOf(target), {"metric", "value"});
@@ -841,10 +918,10 @@ void ParseFailure(Errors* e, Reader& r, LoopConfig* c) {
 }
 
 void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
-  Reader r(
-      e, &root, "", 1,
-      {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device", "launcher",
-       "slurm", "store", "defaults", "member", "acquisition", "oracle", "stop", "failure"});
+  Reader r(e, &root, "", 1,
+           {"name", "run_dir", "devices", "threads_per_cpu_device", "members_per_device",
+            "launcher", "slurm", "store", "defaults", "member", "acquisition", "oracle", "update",
+            "stop", "failure"});
   ParseRun(r, base, c);
   ParseStore(e, r, base, &c->store);
   ParseDevices(e, r, c);
@@ -853,6 +930,7 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
   ParseMembers(e, r, defaults, base, c);
   ParseAcquisition(e, r, c);
   ParseOracle(e, r, base, &c->oracle);
+  ParseUpdates(e, r, base, c);
   ParseStop(e, r, &c->stop);
   ParseFailure(e, r, c);
 }
@@ -924,6 +1002,10 @@ const char* LauncherName(Launcher launcher) {
 
 const char* OracleKindName(OracleConfig::Kind kind) {
   return kind == OracleConfig::Kind::kCommand ? "command" : "hidden_labels";
+}
+
+const char* UpdateKindName(UpdateStepConfig::Kind kind) {
+  return kind == UpdateStepConfig::Kind::kCommand ? "command" : "acquire";
 }
 
 namespace {
@@ -1083,6 +1165,18 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   };
   // Only when set, so the JSON (and fingerprint) of a run from before it stays as it was.
   if (c.oracle.timeout_s > 0) out["oracle"]["timeout_s"] = c.oracle.timeout_s;
+  if (c.updates_explicit) {
+    json updates = json::array();
+    for (const UpdateStepConfig& u : c.updates) {
+      json step = {{"kind", UpdateKindName(u.kind)}, {"name", u.name}};
+      if (u.kind == UpdateStepConfig::Kind::kCommand) {
+        step["command"] = u.command;
+        if (u.timeout_s > 0) step["timeout_s"] = u.timeout_s;
+      }
+      updates.push_back(std::move(step));
+    }
+    out["update"] = std::move(updates);
+  }
   if (c.failure.memory_limit_gb > 0) out["failure"]["memory_limit_gb"] = c.failure.memory_limit_gb;
   if (c.failure.log_limit_mb != 64) out["failure"]["log_limit_mb"] = c.failure.log_limit_mb;
   // Only for Slurm runs, so a local run's JSON (and fingerprint) stays as it was.

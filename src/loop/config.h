@@ -72,6 +72,19 @@ struct OracleConfig {
 };
 const char* OracleKindName(OracleConfig::Kind kind);
 
+// One [[update]] step: what changes the dataset between rounds, run in config order after the
+// members are scored (docs/updates.md). Without any [[update]] table a run has one `acquire`
+// step: today's strategy + oracle, configured by [acquisition] and [oracle].
+struct UpdateStepConfig {
+  enum class Kind { kAcquire, kCommand };
+  Kind kind = Kind::kAcquire;
+  std::string name;                  // for messages; default "acquire" or the program's name
+  std::vector<std::string> command;  // argv, kCommand only; resolved like the oracle's
+  double timeout_s = 0;              // kCommand: killed past this, failing the round; 0: none
+  int line = 0;                      // the [[update]] header's line
+};
+const char* UpdateKindName(UpdateStepConfig::Kind kind);
+
 struct TargetMetric {
   // An ensemble test metric the loop computes every round (ClassificationMetrics):
   // accuracy | nll | brier | ece. The parser refuses any other, rmse included, since a
@@ -121,6 +134,12 @@ struct LoopConfig {
   std::vector<MemberConfig> members;
   AcquisitionConfig acquisition;
   OracleConfig oracle;
+  // The [[update]] steps in order; ParseLoopConfig fills in the single default acquire step
+  // when the file has none, so this is never empty in a parsed config.
+  std::vector<UpdateStepConfig> updates;
+  // Whether the file listed [[update]] tables (false: the default step), so the JSON and
+  // fingerprint of a config without them stay as they were.
+  bool updates_explicit = false;
   StopConfig stop;
   FailureConfig failure;
 };

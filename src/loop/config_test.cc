@@ -353,6 +353,83 @@ TEST(LoopConfigTest, CommandOracleWithoutCommand) {
             "seconds");
 }
 
+TEST(LoopConfigTest, UpdateStepsDefaultToOneAcquire) {
+  auto c = ParseLoopConfig(kFull, "loop.toml", "/cfg");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->updates.size(), 1u);
+  EXPECT_EQ(c->updates[0].kind, UpdateStepConfig::Kind::kAcquire);
+  EXPECT_EQ(c->updates[0].name, "acquire");
+  EXPECT_FALSE(c->updates_explicit);
+  // The JSON (and so the fingerprint) of a config without [[update]] is as it was.
+  EXPECT_FALSE(LoopConfigToJson(*c).contains("update"));
+}
+
+TEST(LoopConfigTest, UpdateStepsInOrder) {
+  std::string text = std::string(kFull) + R"(
+[[update]]
+kind = "command"
+command = ["./fix.py", "--drop", "3"]
+timeout_s = 30
+
+[[update]]
+kind = "acquire"
+
+[[update]]
+kind = "command"
+name = "second"
+command = ["clean"]
+)";
+  auto c = ParseLoopConfig(text, "loop.toml", "/cfg");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->updates.size(), 3u);
+  EXPECT_EQ(c->updates[0].kind, UpdateStepConfig::Kind::kCommand);
+  EXPECT_EQ(c->updates[0].command, (std::vector<std::string>{"/cfg/fix.py", "--drop", "3"}));
+  EXPECT_DOUBLE_EQ(c->updates[0].timeout_s, 30);
+  EXPECT_EQ(c->updates[0].name, "fix.py");
+  EXPECT_EQ(c->updates[0].line, 39);
+  EXPECT_EQ(c->updates[1].kind, UpdateStepConfig::Kind::kAcquire);
+  EXPECT_EQ(c->updates[1].name, "acquire");
+  EXPECT_EQ(c->updates[2].name, "second");
+  EXPECT_EQ(c->updates[2].command, (std::vector<std::string>{"clean"}));
+  nlohmann::json j = LoopConfigToJson(*c);
+  ASSERT_EQ(j["update"].size(), 3u);
+  EXPECT_EQ(j["update"][0]["kind"], "command");
+  EXPECT_EQ(j["update"][0]["timeout_s"], 30);
+  // The steps are part of what a resume may not change.
+  auto other = ParseLoopConfig(kFull, "loop.toml", "/cfg");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(LoopConfigFingerprint(*c), LoopConfigFingerprint(*other));
+  EXPECT_FALSE(CheckResumeCompatible(*other, *c).ok());
+}
+
+TEST(LoopConfigTest, BadUpdateSteps) {
+  const std::string base = std::string(kFull) + "\n[[update]]\n";
+  EXPECT_EQ(Error(base + "kind = \"comand\"\ncommand = [\"x\"]\n"),
+            "dir/loop.toml:40: update[1].kind: unknown update step 'comand' (did you mean "
+            "command?); one of acquire, command");
+  EXPECT_EQ(Error(base + "kind = \"command\"\ncomand = [\"x\"]\n"),
+            "dir/loop.toml:41: update[1].comand: unknown field (did you mean command?)");
+  EXPECT_EQ(Error(base + "command = [\"x\"]\n"),
+            "dir/loop.toml:39: update[1].kind: missing (one of acquire, command)");
+  EXPECT_EQ(Error(base + "kind = \"command\"\n"),
+            "dir/loop.toml:40: update[1].kind: kind = \"command\" needs command = "
+            "[\"program\", \"arg\", ...]");
+  EXPECT_EQ(Error(base + "kind = \"acquire\"\ntimeout_s = 3\n"),
+            "dir/loop.toml:41: update[1].timeout_s: only for kind = \"command\"");
+  EXPECT_EQ(Error(base + "kind = \"command\"\ncommand = [\"x\"]\ntimeout_s = -1\n"),
+            "dir/loop.toml:42: update[1].timeout_s: must be >= 0 (0: no limit) and at most 1e7 "
+            "seconds");
+  EXPECT_EQ(Error(base + "kind = \"command\"\ncommand = []\n"),
+            "dir/loop.toml:41: update[1].command: expected a non-empty list of strings (argv), "
+            "got an array");
+  EXPECT_EQ(Error(base + "kind = \"acquire\"\n\n[[update]]\nkind = \"acquire\"\n"),
+            "dir/loop.toml:43: update[2].kind: a run has at most one acquire step (the other is "
+            "at line 39)");
+  EXPECT_EQ(Error(base + "kind = \"command\"\ncommand = [\"x\"]\nname = \"a b\"\n"),
+            "dir/loop.toml:42: update[1].name: 'a b' is not a valid step name: use letters, "
+            "digits, '_', '-' and '.', not starting with '.' or '-'");
+}
+
 TEST(LoopConfigTest, NoStopRule) {
   std::string text = Replace(kFull, "max_rounds = 4\ntarget = { metric = \"nll\", value = 0.3 }\n",
                              "stop_when_pool_exhausted = true\n");
