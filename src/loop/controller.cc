@@ -26,6 +26,7 @@
 #include "loop/scheduler.h"
 #include "loop/slurm_process_host.h"
 #include "loop/stop_rules.h"
+#include "loop/update_step.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 #include "store/transaction.h"
@@ -35,6 +36,19 @@ namespace cohort::loop {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Whether the round's update steps include a command step. Without one, the round acquires
+// exactly as it always has (the default single acquire step).
+bool HasCommandSteps(const LoopConfig& config) {
+  return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+    return u.kind == UpdateStepConfig::Kind::kCommand;
+  });
+}
+
+// How many generations a round may commit: one per update step at most.
+uint64_t CommitsPerRound(const LoopConfig& config) {
+  return HasCommandSteps(config) ? config.updates.size() : 1;
+}
 
 constexpr std::chrono::milliseconds kKillGrace{5000};
 
@@ -148,6 +162,10 @@ class Controller {
   Result<bool> FinishRound(int64_t round, uint64_t generation,
                            const std::vector<MemberResult>& results, PhaseStats stats,
                            bool reconsider, uint64_t* next_generation);
+  // The [[update]] steps of a round that goes on, when they include a command step.
+  Result<bool> RunUpdateSteps(int64_t round, uint64_t generation,
+                              const std::vector<MemberResult>& results, const std::string& summary,
+                              RoundOutcome* outcome, uint64_t* next_generation);
   Result<EnsembleMetrics> ScoreEnsemble(int64_t round, const Tables& t,
                                         const std::vector<MemberResult>& results,
                                         bool record_members);
@@ -185,6 +203,18 @@ Status Controller::LoadConfig() {
   // Read once: the text parsed is the text the run keeps.
   COHORT_ASSIGN_OR_RETURN(config_text_, ReadLoopConfigText(options_.config_path));
   COHORT_ASSIGN_OR_RETURN(config_, ParseLoopConfig(config_text_, options_.config_path));
+  if (HasCommandSteps(config_)) {
+    for (const UpdateStepConfig& u : config_.updates) {
+      // The acquire step picks pool rows by the predictions of the round's generation; after a
+      // command step that changed the pool those rows would be others. Not wired yet.
+      if (u.kind == UpdateStepConfig::Kind::kAcquire) {
+        return Status::InvalidArgument(fmt::format(
+            "{}:{}: update: an acquire step together with command steps is not supported yet; "
+            "use command steps only, or no [[update]] (acquisition alone)",
+            config_.path, u.line));
+      }
+    }
+  }
   cpus_ = CpuCount();
   if (config_.launcher == Launcher::kSlurm) return ResolveSlurmSlots();
   if (config_.devices_auto) {
@@ -587,6 +617,9 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
 
   std::vector<MemberResult> with_pool = results;
   if (decision.k > 0) COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
+  if (HasCommandSteps(config_)) {
+    return RunUpdateSteps(round, generation, with_pool, summary, &outcome, next_generation);
+  }
   AcquireContext context{.config = &config_,
                          .paths = &run_.paths,
                          .journal = &journal,
@@ -611,6 +644,48 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   return true;
 }
 
+Result<bool> Controller::RunUpdateSteps(int64_t round, uint64_t generation,
+                                        const std::vector<MemberResult>& results,
+                                        const std::string& summary, RoundOutcome* outcome,
+                                        uint64_t* next_generation) {
+  Journal& journal = *run_.journal;
+  const int64_t run_id = run_.run.id;
+  AcquireContext context{.config = &config_,
+                         .paths = &run_.paths,
+                         .journal = &journal,
+                         .run_id = run_id,
+                         .env = store_env_,
+                         .scheduler = scheduler_.get(),
+                         .classes = classes_,
+                         .store_lock = store_lock_.get()};
+  COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t current = generation;
+  std::string said;
+  for (size_t i = 0; i < config_.updates.size(); ++i) {
+    COHORT_ASSIGN_OR_RETURN(UpdateStepResult step,
+                            RunCommandStep(context, round, i, generation, current, results));
+    for (const std::string& note : step.notes) display_->Note("warning: " + note);
+    said += fmt::format("; step {} ({}): {}{}", i + 1, config_.updates[i].name, step.summary,
+                        step.resumed ? " (committed before the restart)" : "");
+    current = step.output_generation;
+  }
+  outcome->timings.commit_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  COHORT_ASSIGN_OR_RETURN(Tables out, OpenTables(current));
+  outcome->output_generation = current;
+  outcome->labels_total = static_cast<int64_t>(out.train->size());
+  COHORT_RETURN_IF_ERROR(journal.FinishRound(run_id, round, *outcome));
+  round_seconds_.push_back(RoundWallSeconds(outcome->timings));
+  display_->Note(fmt::format("{}{}; {} ({} train samples)", summary, said,
+                             current == generation
+                                 ? fmt::format("nothing committed, generation {} again", current)
+                                 : fmt::format("committed generation {}", current),
+                             outcome->labels_total));
+  *next_generation = current;
+  return true;
+}
+
 Status Controller::StopRun(RunStatus status) {
   return run_.journal->SetRunStatus(run_.run.id, status);
 }
@@ -629,8 +704,9 @@ Result<RunOutcome> Controller::RunRounds() {
   const int64_t run_id = run_.run.id;
   COHORT_ASSIGN_OR_RETURN(auto rounds, journal.RoundsOf(run_id));
   COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistory(run_.paths.store(), store_env_));
-  COHORT_ASSIGN_OR_RETURN(ResumePoint resume, PlanResume(rounds, history.back().generation,
-                                                         run_.paths.store(), run_.paths.journal()));
+  COHORT_ASSIGN_OR_RETURN(ResumePoint resume,
+                          PlanResume(rounds, history.back().generation, run_.paths.store(),
+                                     run_.paths.journal(), CommitsPerRound(config_)));
   int64_t round = resume.round;
   uint64_t generation = resume.generation;
   bool reconsider = resume.reconsider;

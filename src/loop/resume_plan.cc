@@ -15,7 +15,8 @@ using nlohmann::json;
 }  // namespace
 
 Result<ResumePoint> PlanResume(const std::vector<RoundRecord>& rounds, uint64_t current,
-                               const std::string& store_path, const std::string& journal_path) {
+                               const std::string& store_path, const std::string& journal_path,
+                               uint64_t commits_per_round) {
   ResumePoint p;
   p.generation = current;
   if (rounds.empty()) return p;
@@ -33,8 +34,10 @@ Result<ResumePoint> PlanResume(const std::vector<RoundRecord>& rounds, uint64_t 
     p.round = last.round;
     p.generation = last.input_generation;
   }
-  // An unfinished round may have committed already: CURRENT is then one past its input.
-  bool committed_unfinished = !done && current == p.generation + 1;
+  // An unfinished round may have committed already: CURRENT is then one past its input (or,
+  // with several update steps, up to one past per step; the steps recognise their commits).
+  bool committed_unfinished =
+      !done && current > p.generation && current <= p.generation + commits_per_round;
   if (current != p.generation && !committed_unfinished) {
     return Status::Corruption(
         fmt::format("{}: CURRENT is generation {}, but the journal {} expects generation {}; the "

@@ -34,8 +34,11 @@ struct ResumePoint {
 
 // `current` is the store's CURRENT generation. Corruption when the store and the journal
 // disagree (the store was changed outside the run); the message names both paths.
+// `commits_per_round` is how many generations one round may commit (one per update step that
+// changes the store): an unfinished round's CURRENT may be that far past its input.
 Result<ResumePoint> PlanResume(const std::vector<RoundRecord>& rounds, uint64_t current,
-                               const std::string& store_path, const std::string& journal_path);
+                               const std::string& store_path, const std::string& journal_path,
+                               uint64_t commits_per_round = 1);
 
 // The members' finished attempts of a round, indexed like the config's members.
 std::vector<MemberResult> ResultsFromAttempts(const LoopConfig& config,

@@ -86,6 +86,13 @@ std::string RunPaths::OracleDir(int64_t round) {
   return buf;
 }
 
+std::string RunPaths::UpdateStepDir(int64_t round, size_t step) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "updates/round-%04lld/step-%zu", static_cast<long long>(round),
+                step);
+  return buf;
+}
+
 Result<OpenRun> OpenRunDir(const LoopConfig& config, const std::string& config_text,
                            store::Env* env) {
   OpenRun open;

@@ -52,6 +52,8 @@ struct RunPaths {
   static std::string WorkerLog(const std::string& device, int slot, int number);
   // "oracle/round-0003", relative to root.
   static std::string OracleDir(int64_t round);
+  // updates/round-RRRR/step-K: an update step's log, inputs and change set (K from 1).
+  static std::string UpdateStepDir(int64_t round, size_t step);
   std::string Absolute(const std::string& relative) const { return root + "/" + relative; }
 };
 
