@@ -766,6 +766,20 @@ void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracl
   }
 }
 
+// A step without a name is called by its program, or by the script an interpreter runs
+// (["python3", "fix.py"] is "fix.py"), since "python3" would name every such step alike.
+std::string DefaultStepName(const UpdateStepConfig& step) {
+  if (step.kind == UpdateStepConfig::Kind::kAcquire) return "acquire";
+  const std::vector<std::string>& argv = step.command;
+  std::string program = fs::path(argv.front()).filename().string();
+  for (const char* interpreter : {"python", "bash", "sh", "Rscript", "node", "perl", "ruby"}) {
+    if (argv.size() > 1 && program.rfind(interpreter, 0) == 0 && argv[1].front() != '-') {
+      return fs::path(argv[1]).filename().string();
+    }
+  }
+  return program;
+}
+
 // One [[update]] entry, the index-th (from 0).
 bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base, LoopConfig* c) {
   const std::string prefix = "update[" + std::to_string(index + 1) + "].";
@@ -816,11 +830,7 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
     u.Fail("name", "'" + step.name + "' is not a valid step name: " + kNameRule);
   }
   if (!u.ok()) return false;
-  if (step.name.empty()) {
-    step.name = step.kind == UpdateStepConfig::Kind::kAcquire
-                    ? "acquire"
-                    : fs::path(step.command.front()).filename().string();
-  }
+  if (step.name.empty()) step.name = DefaultStepName(step);
   c->updates.push_back(std::move(step));
   return true;
 }

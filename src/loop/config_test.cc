@@ -378,10 +378,15 @@ kind = "acquire"
 kind = "command"
 name = "second"
 command = ["clean"]
+
+[[update]]
+kind = "command"
+command = ["/usr/bin/python3", "tools/drop.py", "--fast"]
 )";
   auto c = ParseLoopConfig(text, "loop.toml", "/cfg");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_EQ(c->updates.size(), 3u);
+  ASSERT_EQ(c->updates.size(), 4u);
+  EXPECT_EQ(c->updates[3].name, "drop.py");
   EXPECT_EQ(c->updates[0].kind, UpdateStepConfig::Kind::kCommand);
   EXPECT_EQ(c->updates[0].command, (std::vector<std::string>{"/cfg/fix.py", "--drop", "3"}));
   EXPECT_DOUBLE_EQ(c->updates[0].timeout_s, 30);
@@ -392,7 +397,7 @@ command = ["clean"]
   EXPECT_EQ(c->updates[2].name, "second");
   EXPECT_EQ(c->updates[2].command, (std::vector<std::string>{"clean"}));
   nlohmann::json j = LoopConfigToJson(*c);
-  ASSERT_EQ(j["update"].size(), 3u);
+  ASSERT_EQ(j["update"].size(), 4u);
   EXPECT_EQ(j["update"][0]["kind"], "command");
   EXPECT_EQ(j["update"][0]["timeout_s"], 30);
   // The steps are part of what a resume may not change.

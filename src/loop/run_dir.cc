@@ -23,7 +23,7 @@ bool IsRunFile(const std::string& name) {
   return name == "loop.toml" || name == "loop.toml.tmp" || name == "lock" || name == "store" ||
          name == "store.partial" || name == "run.db" || name == "run.db-wal" ||
          name == "run.db-shm" || name == "run.db-journal" || name == "members" ||
-         name == "workers" || name == "oracle";
+         name == "workers" || name == "oracle" || name == "updates";
 }
 
 Status CheckRunDirContents(const std::string& root) {

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""End-to-end tests of [[update]] steps of kind `command` (docs/updates.md) in `cohort run`: a
+program that drops and adds train rows each round, a bad change set, a failing program, an
+empty change set, and the controller SIGKILLed right before and right after a step's commit.
+
+Run by ctest as: /usr/bin/python3 tests/update_step_test.py COHORT_BINARY SCRATCH_DIR
+"""
+import json
+import os
+import signal
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loop_test  # noqa: E402  (the shared store and config helpers)
+from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "updates", "drop_and_add.py")
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import cohort_store  # noqa: E402
+
+TRAIN = 300  # loop_test.build_source's train rows
+
+
+def update_config(dir, rounds=3, timeout=""):
+    step = (f'[[update]]\nkind = "command"\ncommand = ["/usr/bin/python3", "{PROGRAM}"]\n'
+            f'{timeout}\n')
+    return write_config(dir, rounds=rounds, k=20, members=loop_test.MEMBERS[:1], devices=1, strategy="entropy",
+                        epochs=1, oracle=step)
+
+
+def rounds_of(run_dir):
+    db = journal(run_dir)
+    rows = [dict(r) for r in db.execute(
+        "SELECT round, input_generation, output_generation, status, labels_total FROM rounds "
+        "ORDER BY round")]
+    db.close()
+    return rows
+
+
+def runs_of(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def error_line(proc):
+    err = [l for l in proc.stderr.splitlines() if l.startswith("cohort: error:")]
+    assert len(err) == 1, proc.stderr
+    return err[0]
+
+
+class UpdateSteps(LoopCase):
+    def env(self, mode="ok", **extra):
+        return dict(os.environ, UPDATE_MODE=mode, UPDATE_RUNS=os.path.join(self.dir, "runs.txt"),
+                    **extra)
+
+    def run_dir(self):
+        return os.path.join(self.dir, "runs", "loop")
+
+    def test_drop_and_add_each_round(self):
+        config = update_config(self.dir)
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("step 1 (drop_and_add.py): train: 2 added, 3 removed", proc.stdout)
+        rounds = rounds_of(self.run_dir())
+        self.assertEqual([r["status"] for r in rounds], ["done"] * 3)
+        # Rounds 0 and 1 go on: each commits one generation; the last one stops.
+        self.assertEqual(rounds[0]["output_generation"], rounds[0]["input_generation"] + 1)
+        self.assertEqual(rounds[1]["input_generation"], rounds[0]["output_generation"])
+        self.assertEqual(rounds[1]["output_generation"], rounds[1]["input_generation"] + 1)
+        self.assertEqual([r["labels_total"] for r in rounds[:2]], [TRAIN - 1, TRAIN - 2])
+        self.assertEqual(len(runs_of(os.path.join(self.dir, "runs.txt"))), 2)
+        store = cohort_store.open(os.path.join(self.run_dir(), "store"))
+        self.assertEqual(len(store.table("train")), TRAIN - 2)
+        self.assertIn("round 1: update step 1 (command drop_and_add.py): train: 2 added, "
+                      "3 removed", store.note)
+        before = cohort_store.open(os.path.join(self.run_dir(), "store"),
+                                   generation=rounds[0]["input_generation"])
+        gone = set(before.table("train").ids[:3].tolist())
+        self.assertFalse(gone & set(store.table("train").ids.tolist()))
+        step_dir = os.path.join(self.run_dir(), "updates", "round-0000", "step-1")
+        with open(os.path.join(step_dir, "step.log")) as f:
+            self.assertIn("step 1 (drop_and_add.py) of round 0: 1 members", f.read())
+        with open(os.path.join(step_dir, "predictions.json")) as f:
+            predictions = json.load(f)
+        self.assertEqual([m["name"] for m in predictions["members"]], ["mlp-a"])
+        self.assertIn("ok", cohort("data", "verify", os.path.join(self.run_dir(), "store")).stdout)
+
+    def test_a_bad_change_set_fails_the_round_and_commits_nothing(self):
+        config = update_config(self.dir)
+        proc = self.run_loop(config, expect=1, env=self.env("unknown-id"))
+        err = error_line(proc)
+        self.assertIn("update step 1 (command drop_and_add.py)", err)
+        self.assertIn("changes.json: remove[0] (table train)", err)
+        self.assertIn("999999999", err)
+        s = self.status(self.run_dir())
+        self.assertEqual(s["rounds"][0]["status"], "failed")
+        self.assertEqual(s["store_generation"], s["rounds"][0]["input_generation"])
+        # Fixed, the same run resumes: round 0 is not retrained and the step runs again.
+        self.run_loop(config, env=self.env())
+        self.assertEqual(self.status(self.run_dir())["status"], "finished")
+        self.assertEqual(len(runs_of(os.path.join(self.dir, "runs.txt"))), 3)
+        db = journal(self.run_dir())
+        n = db.execute("SELECT count(*) FROM attempts WHERE round = 0").fetchone()[0]
+        db.close()
+        self.assertEqual(n, 1)
+
+    def test_a_failing_program_and_an_empty_change_set(self):
+        config = update_config(self.dir, rounds=2)
+        proc = self.run_loop(config, expect=1, env=self.env("fail"))
+        err = error_line(proc)
+        self.assertIn("update step 1 (command drop_and_add.py)", err)
+        self.assertIn("exited with status 3", err)
+        self.assertIn("step.log", err)
+        proc = self.run_loop(config, env=self.env("empty"))
+        self.assertIn("no changes", proc.stdout)
+        rounds = rounds_of(self.run_dir())
+        self.assertEqual(rounds[0]["output_generation"], rounds[0]["input_generation"])
+        self.assertEqual(rounds[1]["input_generation"], rounds[0]["input_generation"])
+
+    def test_sigkill_after_the_commit_does_not_run_the_program_again(self):
+        config = update_config(self.dir, rounds=2)
+        runs = os.path.join(self.dir, "runs.txt")
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=self.env(COHORT_CRASH_AT="update-committed"))
+        self.assertEqual(len(runs_of(runs)), 1)
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("committed before the restart", proc.stdout)
+        self.assertEqual(len(runs_of(runs)), 1)
+        rounds = rounds_of(self.run_dir())
+        self.assertEqual(rounds[0]["output_generation"], rounds[0]["input_generation"] + 1)
+        self.assertEqual(rounds[0]["labels_total"], TRAIN - 1)
+
+    def test_sigkill_before_the_commit_runs_the_program_again(self):
+        config = update_config(self.dir, rounds=2)
+        runs = os.path.join(self.dir, "runs.txt")
+        self.run_loop(config, expect=-signal.SIGKILL, env=self.env(COHORT_CRASH_AT="update-ran"))
+        input_generation = rounds_of(self.run_dir())[0]["input_generation"]
+        store = cohort_store.open(os.path.join(self.run_dir(), "store"))
+        self.assertEqual(store.generation, input_generation)
+        self.run_loop(config, env=self.env())
+        self.assertEqual(len(runs_of(runs)), 2)
+        rounds = rounds_of(self.run_dir())
+        self.assertEqual(rounds[0]["output_generation"], input_generation + 1)
+        self.assertEqual(rounds[0]["labels_total"], TRAIN - 1)
+
+
+def main():
+    loop_test.COHORT = os.path.abspath(sys.argv[1])
+    loop_test.SCRATCH = os.path.abspath(sys.argv[2])
+    os.makedirs(loop_test.SCRATCH, exist_ok=True)
+    loop_test.SOURCE = os.path.join(loop_test.SCRATCH, "source-store")
+    loop_test.build_source(loop_test.SOURCE)
+    unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
