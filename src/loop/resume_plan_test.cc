@@ -42,6 +42,20 @@ TEST(ResumePlanTest, WhereARunGoesOn) {
             std::string::npos);
 }
 
+TEST(ResumePlanTest, SeveralUpdateStepsMayEachHaveCommitted) {
+  const auto unfinished = Round(0, 1, std::nullopt, RoundStatus::kCommitting);
+  // One step (the default): CURRENT at most one past the round's input.
+  EXPECT_FALSE(PlanResume({unfinished}, 3, "S", "J").ok());
+  // Two command steps: each may have committed before the controller died.
+  auto two = PlanResume({unfinished}, 3, "S", "J", 2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->round, 0);
+  EXPECT_EQ(two->generation, 1u);
+  EXPECT_FALSE(PlanResume({unfinished}, 4, "S", "J", 2).ok());
+  // A finished round's output is exact, whatever the steps.
+  EXPECT_FALSE(PlanResume({Round(0, 1, 2, RoundStatus::kDone)}, 3, "S", "J", 2).ok());
+}
+
 AttemptRecord Attempt(const std::string& member, int n, AttemptStatus status) {
   AttemptRecord a;
   a.member = member;
