@@ -120,6 +120,15 @@ class UpdateSteps(LoopCase):
         self.assertEqual(rounds[0]["output_generation"], rounds[0]["input_generation"])
         self.assertEqual(rounds[1]["input_generation"], rounds[0]["input_generation"])
 
+    def test_a_hanging_program_is_killed_at_its_timeout(self):
+        config = update_config(self.dir, rounds=2, timeout="timeout_s = 2")
+        proc = self.run_loop(config, expect=1, env=self.env("hang"))
+        err = error_line(proc)
+        self.assertIn("update step 1 (command drop_and_add.py) did not finish within 2 s", err)
+        s = self.status(self.run_dir())
+        self.assertEqual(s["rounds"][0]["status"], "failed")
+        self.assertEqual(s["store_generation"], s["rounds"][0]["input_generation"])
+
     def test_sigkill_after_the_commit_does_not_run_the_program_again(self):
         config = update_config(self.dir, rounds=2)
         runs = os.path.join(self.dir, "runs.txt")

@@ -3,12 +3,13 @@
 samples and adds a few new rows (copies of test features, labelled by their id's last digit).
 
 UPDATE_MODE picks what it does: "ok" (default), "unknown-id" (removes an id that is not
-live), "empty" (an empty change set), "fail" (exits 3 without writing). Every start appends a
+live), "empty" (an empty change set), "fail" (exits 3 without writing), "hang" (sleeps past any timeout). Every start appends a
 line to UPDATE_RUNS (when set), so a test can count how often the program ran.
 """
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -36,6 +37,8 @@ def main():
           f"{os.environ['COHORT_ROUND']}: {len(predictions['members'])} members", flush=True)
     if mode == "fail":
         sys.exit(3)
+    if mode == "hang":
+        time.sleep(600)
     if mode == "empty":
         with open(os.path.join(out, "changes.json"), "w") as f:
             f.write("{}")
