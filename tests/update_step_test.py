@@ -23,11 +23,13 @@ import cohort_store  # noqa: E402
 TRAIN = 300  # loop_test.build_source's train rows
 
 
-def update_config(dir, rounds=3, timeout=""):
-    step = (f'[[update]]\nkind = "command"\ncommand = ["/usr/bin/python3", "{PROGRAM}"]\n'
-            f'{timeout}\n')
-    return write_config(dir, rounds=rounds, k=20, members=loop_test.MEMBERS[:1], devices=1, strategy="entropy",
-                        epochs=1, oracle=step)
+def update_config(dir, rounds=3, timeout="", steps=1):
+    step = "".join(
+        f'[[update]]\nkind = "command"\ncommand = ["/usr/bin/python3", "{PROGRAM}"]\n'
+        f'{timeout}\n' + (f'name = "step-{i + 1}"\n' if steps > 1 else "")
+        for i in range(steps))
+    return write_config(dir, rounds=rounds, k=20, members=loop_test.MEMBERS[:1], devices=1,
+                        strategy="entropy", epochs=1, oracle=step)
 
 
 def rounds_of(run_dir):
@@ -141,6 +143,24 @@ class UpdateSteps(LoopCase):
         rounds = rounds_of(self.run_dir())
         self.assertEqual(rounds[0]["output_generation"], rounds[0]["input_generation"] + 1)
         self.assertEqual(rounds[0]["labels_total"], TRAIN - 1)
+
+    def test_two_steps_killed_between_their_commits(self):
+        config = update_config(self.dir, rounds=2, steps=2)
+        runs = os.path.join(self.dir, "runs.txt")
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=self.env(COHORT_CRASH_AT="update-committed"))
+        g = rounds_of(self.run_dir())[0]["input_generation"]
+        self.assertEqual(runs_of(runs), [f"round 0 generation {g}"])
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("step 1 (step-1): train: 2 added, 3 removed (committed before the restart)",
+                      proc.stdout)
+        # Only the second step ran again, on the first one's output.
+        self.assertEqual(runs_of(runs), [f"round 0 generation {g}", f"round 0 generation {g + 1}"])
+        rounds = rounds_of(self.run_dir())
+        self.assertEqual(rounds[0]["output_generation"], g + 2)
+        self.assertEqual(rounds[0]["labels_total"], TRAIN - 2)
+        store = cohort_store.open(os.path.join(self.run_dir(), "store"), generation=g + 2)
+        self.assertIn("update step 2 (command step-2)", store.note)
 
     def test_sigkill_before_the_commit_runs_the_program_again(self):
         config = update_config(self.dir, rounds=2)
