@@ -3,8 +3,9 @@
 samples and adds a few new rows (copies of test features, labelled by their id's last digit).
 
 UPDATE_MODE picks what it does: "ok" (default), "unknown-id" (removes an id that is not
-live), "empty" (an empty change set), "fail" (exits 3 without writing), "hang" (sleeps past any timeout). Every start appends a
-line to UPDATE_RUNS (when set), so a test can count how often the program ran.
+live), "empty" (an empty change set), "fail" (exits 3 without writing), "hang" (sleeps past
+any timeout). Every start appends a line to UPDATE_RUNS (when set), so a test can count how
+often the program ran.
 """
 import json
 import os
