@@ -162,6 +162,17 @@ class Controller {
   Result<bool> FinishRound(int64_t round, uint64_t generation,
                            const std::vector<MemberResult>& results, PhaseStats stats,
                            bool reconsider, uint64_t* next_generation);
+  // What the acquire and update steps need of the run to label, change and commit its store.
+  AcquireContext CommitContext() {
+    return AcquireContext{.config = &config_,
+                          .paths = &run_.paths,
+                          .journal = run_.journal.get(),
+                          .run_id = run_.run.id,
+                          .env = store_env_,
+                          .scheduler = scheduler_.get(),
+                          .classes = classes_,
+                          .store_lock = store_lock_.get()};
+  }
   // The [[update]] steps of a round that goes on, when they include a command step.
   Result<bool> RunUpdateSteps(int64_t round, uint64_t generation,
                               const std::vector<MemberResult>& results, const std::string& summary,
@@ -620,14 +631,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   if (HasCommandSteps(config_)) {
     return RunUpdateSteps(round, generation, with_pool, summary, &outcome, next_generation);
   }
-  AcquireContext context{.config = &config_,
-                         .paths = &run_.paths,
-                         .journal = &journal,
-                         .run_id = run_id,
-                         .env = store_env_,
-                         .scheduler = scheduler_.get(),
-                         .classes = classes_,
-                         .store_lock = store_lock_.get()};
+  AcquireContext context = CommitContext();
   COHORT_ASSIGN_OR_RETURN(
       AcquireResult acquired,
       AcquireAndCommit(context, round, *t.snap, with_pool, decision.k, &outcome.timings));
@@ -650,14 +654,7 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, uint64_t generation,
                                         uint64_t* next_generation) {
   Journal& journal = *run_.journal;
   const int64_t run_id = run_.run.id;
-  AcquireContext context{.config = &config_,
-                         .paths = &run_.paths,
-                         .journal = &journal,
-                         .run_id = run_id,
-                         .env = store_env_,
-                         .scheduler = scheduler_.get(),
-                         .classes = classes_,
-                         .store_lock = store_lock_.get()};
+  AcquireContext context = CommitContext();
   COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
   auto t0 = std::chrono::steady_clock::now();
   uint64_t current = generation;
