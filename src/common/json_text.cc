@@ -71,4 +71,49 @@ std::string JsonStringField(const nlohmann::json& j, const char* key, const std:
   return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
+namespace {
+[[noreturn]] void ThrowNotAnInteger(const nlohmann::json& v, const std::string& range) {
+  throw nlohmann::json::type_error::create(
+      302, JsonForMessage(v) + " is not an integer in " + range, nullptr);
+}
+}  // namespace
+
+uint64_t JsonUint(const nlohmann::json& v, uint64_t max) {
+  const bool fits = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  if (!fits || v.get<uint64_t>() > max) {
+    ThrowNotAnInteger(v, "[0, " + std::to_string(max) + "]");
+  }
+  return v.get<uint64_t>();
+}
+
+int64_t JsonInt(const nlohmann::json& v, int64_t min, int64_t max) {
+  const bool is_int =
+      v.is_number_integer() &&
+      (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+  if (!is_int || v.get<int64_t>() < min || v.get<int64_t>() > max) {
+    ThrowNotAnInteger(v, "[" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return v.get<int64_t>();
+}
+
+std::vector<uint64_t> JsonUintArray(const nlohmann::json& v, uint64_t max) {
+  if (!v.is_array()) {
+    throw nlohmann::json::type_error::create(302, JsonForMessage(v) + " is not an array", nullptr);
+  }
+  std::vector<uint64_t> out;
+  out.reserve(v.size());
+  for (const auto& e : v) out.push_back(JsonUint(e, max));
+  return out;
+}
+
+std::vector<int64_t> JsonIntArray(const nlohmann::json& v, int64_t min, int64_t max) {
+  if (!v.is_array()) {
+    throw nlohmann::json::type_error::create(302, JsonForMessage(v) + " is not an array", nullptr);
+  }
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (const auto& e : v) out.push_back(JsonInt(e, min, max));
+  return out;
+}
+
 }  // namespace cohort

@@ -5,10 +5,13 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -42,5 +45,21 @@ std::string JsonForMessage(const nlohmann::json& v, size_t max_chars = 60);
 std::optional<double> JsonNumberField(const nlohmann::json& j, const char* key);
 std::string JsonStringField(const nlohmann::json& j, const char* key,
                             const std::string& fallback = "");
+
+// Integers read from files cohort wrote (manifests, checkpoint metadata) that may have been
+// damaged: `v` must be a JSON integer (not a float, not a string) within [min, max], else
+// these throw nlohmann's type_error 302 ("... is not an integer in [0, 4294967295]"), for
+// parsers that already turn json::exception into a Corruption status. nlohmann's own
+// get<uint32_t>() converts 3.4e19 with a float-to-integer cast (undefined behaviour) and
+// wraps -1 to 2^64-1.
+uint64_t JsonUint(const nlohmann::json& v, uint64_t max = std::numeric_limits<uint64_t>::max());
+int64_t JsonInt(const nlohmann::json& v, int64_t min = std::numeric_limits<int64_t>::min(),
+                int64_t max = std::numeric_limits<int64_t>::max());
+// An array of such integers.
+std::vector<uint64_t> JsonUintArray(const nlohmann::json& v,
+                                    uint64_t max = std::numeric_limits<uint64_t>::max());
+std::vector<int64_t> JsonIntArray(const nlohmann::json& v,
+                                  int64_t min = std::numeric_limits<int64_t>::min(),
+                                  int64_t max = std::numeric_limits<int64_t>::max());
 
 }  // namespace cohort

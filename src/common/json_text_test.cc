@@ -73,5 +73,34 @@ TEST(JsonTextTest, TooDeepTextIsRefusedBeforeParsing) {
   EXPECT_EQ(ParseJsonBounded("{\"a\":").status().message(), "not valid JSON");
 }
 
+TEST(JsonTextTest, IntegersAreReadOnlyWhenTheyAreIntegersInRange) {
+  using nlohmann::json;
+  EXPECT_EQ(JsonUint(json(7)), 7u);
+  EXPECT_EQ(JsonUint(json(UINT64_MAX)), UINT64_MAX);
+  EXPECT_EQ(JsonUint(json(4294967295ULL), UINT32_MAX), 4294967295u);
+  EXPECT_EQ(JsonInt(json(-5)), -5);
+  EXPECT_EQ(JsonInt(json(INT64_MIN)), INT64_MIN);
+  for (const json& bad : {json(4294967296ULL), json(-1), json(1.0), json(3.3887e19), json("7"),
+                          json(nullptr), json::array({1})}) {
+    EXPECT_THROW(JsonUint(bad, UINT32_MAX), json::type_error) << bad.dump();
+  }
+  for (const json& bad : {json(UINT64_MAX), json(-1.0), json(1e300), json(true)}) {
+    EXPECT_THROW(JsonInt(bad), json::type_error) << bad.dump();
+  }
+  EXPECT_THROW(JsonInt(json(-3), 0), json::type_error);
+  try {
+    JsonUint(json(2.5), 10);
+    FAIL() << "2.5 was read as an integer";
+  } catch (const json::type_error& e) {
+    EXPECT_NE(std::string(e.what()).find("2.5 is not an integer in [0, 10]"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(JsonUintArray(json::array({1, 2, 3})), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(JsonIntArray(json::array({-1, 2}), -1), (std::vector<int64_t>{-1, 2}));
+  EXPECT_THROW(JsonUintArray(json::array({1, -2})), json::type_error);
+  EXPECT_THROW(JsonIntArray(json::array({1, 2.5})), json::type_error);
+  EXPECT_THROW(JsonUintArray(json(3)), json::type_error);
+}
+
 }  // namespace
 }  // namespace cohort

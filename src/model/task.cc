@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/json_text.h"
+
 namespace cohort::model {
 
 using nlohmann::json;
@@ -54,7 +56,7 @@ Result<MemberMeta> MemberMeta::FromJson(const json& j, const std::string& path) 
     if (j.at("format").get<std::string>() != "cohort-checkpoint") {
       return Status::Corruption(path + ": not a cohort checkpoint");
     }
-    int version = j.at("version").get<int>();
+    const int64_t version = JsonInt(j.at("version"));
     if (version != kCheckpointVersion) {
       return Status::Corruption(path + ": checkpoint version " + std::to_string(version) +
                                 " is not supported");
@@ -64,10 +66,10 @@ Result<MemberMeta> MemberMeta::FromJson(const json& j, const std::string& path) 
     m.task = j.at("task").get<std::string>();
     m.loss = j.at("loss").get<std::string>();
     m.feature_dtype = j.at("feature_dtype").get<std::string>();
-    m.input_shape = j.at("input_shape").get<std::vector<int64_t>>();
-    m.target_shape = j.at("target_shape").get<std::vector<int64_t>>();
-    m.classes = j.at("classes").get<int64_t>();
-    m.outputs = j.at("outputs").get<int64_t>();
+    m.input_shape = JsonIntArray(j.at("input_shape"), 0);
+    m.target_shape = JsonIntArray(j.at("target_shape"), 0);
+    m.classes = JsonInt(j.at("classes"), 0);
+    m.outputs = JsonInt(j.at("outputs"), 0);
     m.standardize = j.at("standardize").get<bool>();
     m.residual_variance = j.at("residual_variance").get<std::vector<double>>();
     m.training = j.value("training", json::object());

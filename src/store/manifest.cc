@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/json_text.h"
+
 namespace cohort::store {
 
 using nlohmann::json;
@@ -33,8 +35,8 @@ json FileToJson(const FileEntry& f) {
 FileEntry FileFromJson(const json& j) {
   FileEntry f;
   f.file = j.at("file").get<std::string>();
-  f.bytes = j.at("bytes").get<uint64_t>();
-  f.crc32 = j.at("crc32").get<uint32_t>();
+  f.bytes = JsonUint(j.at("bytes"));
+  f.crc32 = static_cast<uint32_t>(JsonUint(j.at("crc32"), UINT32_MAX));
   return f;
 }
 
@@ -221,21 +223,21 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& path) 
     if (j.at("format").get<std::string>() != "cohort-store") {
       return Status::Corruption(path + ": not a cohort store manifest");
     }
-    int version = j.at("format_version").get<int>();
+    const int64_t version = JsonInt(j.at("format_version"));
     if (version != kFormatVersion) {
       return Status::Corruption(path + ": format_version " + std::to_string(version) +
                                 " is not supported (this cohort reads version " +
                                 std::to_string(kFormatVersion) + ")");
     }
-    m.generation = j.at("generation").get<uint64_t>();
-    if (!j.at("parent").is_null()) m.parent = j.at("parent").get<uint64_t>();
+    m.generation = JsonUint(j.at("generation"));
+    if (!j.at("parent").is_null()) m.parent = JsonUint(j.at("parent"));
     m.created = j.at("created").get<std::string>();
     m.note = j.at("note").get<std::string>();
-    m.next_segment = j.at("next_segment").get<uint64_t>();
-    m.next_sample_id = j.at("next_sample_id").get<uint64_t>();
+    m.next_segment = JsonUint(j.at("next_segment"));
+    m.next_sample_id = JsonUint(j.at("next_sample_id"));
     if (j.contains("origin")) {
       m.origin = Origin{j["origin"].at("store").get<std::string>(),
-                        j["origin"].at("generation").get<uint64_t>()};
+                        JsonUint(j["origin"].at("generation"))};
     }
     for (const auto& [name, jt] : j.at("tables").items()) {
       std::string where = path + ": table " + name;
@@ -243,11 +245,11 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& path) 
       TableEntry t;
       COHORT_ASSIGN_OR_RETURN(t.schema, SchemaFromJson(jt.at("features"), jt.at("labels"), where));
       t.rows_file = FileFromJson(jt.at("rows"));
-      t.row_count = jt.at("rows").at("count").get<uint64_t>();
+      t.row_count = JsonUint(jt.at("rows").at("count"));
       for (const auto& js : jt.at("segments")) {
         SegmentEntry s;
-        s.id = js.at("id").get<uint64_t>();
-        s.rows = js.at("rows").get<uint64_t>();
+        s.id = JsonUint(js.at("id"));
+        s.rows = JsonUint(js.at("rows"));
         s.x = FileFromJson(js.at("x"));
         if (js.contains("y")) s.y = FileFromJson(js.at("y"));
         s.ids = FileFromJson(js.at("ids"));

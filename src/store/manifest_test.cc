@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+
 namespace cohort::store {
 namespace {
 
@@ -69,6 +73,63 @@ TEST(ManifestTest, TruncationIsDetected) {
     auto r = DecodeManifest(text.substr(0, len), "gen-000003.json");
     EXPECT_FALSE(r.ok()) << "length " << len;
   }
+}
+
+// The manifest's text after `mutate` changed its JSON, with a valid checksum trailer again:
+// damage the checksum cannot catch (a bug, or a hand edit), which the parser must refuse.
+std::string Resealed(const Manifest& m, const std::function<void(nlohmann::json&)>& mutate) {
+  std::string text = EncodeManifest(m);
+  const size_t cut = text.rfind('\n', text.size() - 2);
+  nlohmann::json j = nlohmann::json::parse(text.substr(0, cut + 1));
+  mutate(j);
+  std::string body = j.dump(1) + "\n";
+  char trailer[32];
+  std::snprintf(trailer, sizeof(trailer), "#crc32=%08x\n", Crc32(body));
+  return body + trailer;
+}
+
+// Fuzzing found (fuzz/findings/manifest-ubsan-from_json-356) that a float too large for a
+// uint32 field reached nlohmann's float-to-integer cast: undefined behaviour. Every integer
+// field now takes JSON integers in its type's range and nothing else.
+TEST(ManifestTest, IntegerFieldsOutOfTheirRangeAreCorruption) {
+  using nlohmann::json;
+  const Manifest m = SampleManifest();
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> damage{
+      {"crc32 3.3887e19", [](json& j) { j["tables"]["train"]["rows"]["crc32"] = 3.3887e19; }},
+      {"crc32 2^32", [](json& j) { j["tables"]["train"]["rows"]["crc32"] = 4294967296ULL; }},
+      {"crc32 -1", [](json& j) { j["tables"]["train"]["rows"]["crc32"] = -1; }},
+      {"bytes 1.5", [](json& j) { j["tables"]["pool"]["segments"][0]["x"]["bytes"] = 1.5; }},
+      {"bytes -8", [](json& j) { j["tables"]["pool"]["segments"][0]["x"]["bytes"] = -8; }},
+      {"generation \"3\"", [](json& j) { j["generation"] = "3"; }},
+      {"generation 1e300", [](json& j) { j["generation"] = 1e300; }},
+      {"format_version 1e300", [](json& j) { j["format_version"] = 1e300; }},
+      {"segment id -2", [](json& j) { j["tables"]["train"]["segments"][0]["id"] = -2; }},
+      {"row count 7.0", [](json& j) { j["tables"]["train"]["rows"]["count"] = 7.0; }},
+      {"shape [-1]",
+       [](json& j) {
+         j["tables"]["train"]["features"]["shape"] = {28, -1};
+       }},
+      {"shape [2.5e30]", [](json& j) { j["tables"]["pool"]["labels"]["shape"] = {2.5e30}; }},
+      {"shape 3", [](json& j) { j["tables"]["pool"]["labels"]["shape"] = 3; }},
+  };
+  for (const auto& [what, mutate] : damage) {
+    auto r = DecodeManifest(Resealed(m, mutate), "gen-000003.json");
+    ASSERT_FALSE(r.ok()) << what << " was accepted";
+    EXPECT_TRUE(r.status().IsCorruption()) << what << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find("gen-000003.json"), std::string::npos) << what;
+    EXPECT_NE(r.status().message().find("is not an"), std::string::npos)
+        << what << ": " << r.status().ToString();
+  }
+  // The largest values of each type still read back.
+  auto r = DecodeManifest(Resealed(m,
+                                   [](json& j) {
+                                     j["tables"]["train"]["rows"]["crc32"] = 4294967295ULL;
+                                     j["next_sample_id"] = UINT64_MAX;
+                                   }),
+                          "gen-000003.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tables["train"].rows_file.crc32, 4294967295u);
+  EXPECT_EQ(r->next_sample_id, UINT64_MAX);
 }
 
 TEST(ManifestTest, FileNames) {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
+
 namespace cohort::store {
 
 size_t TableSchema::feature_row_bytes() const {
@@ -98,7 +100,7 @@ Result<TableSchema> SchemaFromJson(const nlohmann::json& features, const nlohman
     auto dtype = DtypeFromName(features.at("dtype").get<std::string>());
     if (!dtype.ok()) return Status::Corruption(where + ": " + dtype.status().message());
     s.feature_dtype = *dtype;
-    s.feature_shape = features.at("shape").get<std::vector<uint64_t>>();
+    s.feature_shape = JsonUintArray(features.at("shape"));
     std::string kind = labels.at("kind").get<std::string>();
     if (kind == "none") {
       s.label_kind = LabelKind::kNone;
@@ -106,7 +108,7 @@ Result<TableSchema> SchemaFromJson(const nlohmann::json& features, const nlohman
       s.label_kind = LabelKind::kClass;
     } else if (kind == "vector") {
       s.label_kind = LabelKind::kVector;
-      s.label_shape = labels.at("shape").get<std::vector<uint64_t>>();
+      s.label_shape = JsonUintArray(labels.at("shape"));
     } else {
       return Status::Corruption(where + ": unknown label kind '" + kind + "'");
     }
