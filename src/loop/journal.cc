@@ -57,7 +57,7 @@ constexpr const char* kAttemptsColumns = R"sql((
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 ))sql";
 
-// The schema (version 3). docs/journal.md documents every column; keep the two in step.
+// The schema (version 4). docs/journal.md documents every column; keep the two in step.
 constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
@@ -92,6 +92,9 @@ CREATE TABLE rounds (
   test_brier        REAL,
   test_ece          REAL,
   error             TEXT,
+  test_rmse         REAL,
+  test_mae          REAL,
+  test_calibration  REAL,
   PRIMARY KEY (run_id, round)
 );
 CREATE TABLE attempts {attempts};
@@ -150,6 +153,14 @@ ALTER TABLE attempts ADD COLUMN node TEXT;
 ALTER TABLE attempts ADD COLUMN gpus TEXT;
 )sql";
 
+// Version 4 added the regression metrics of a round's ensemble (a run whose train table has
+// float targets): RMSE, MAE and calibration error; test_nll serves both kinds of run.
+constexpr const char* kMigrateV3ToV4 = R"sql(
+ALTER TABLE rounds ADD COLUMN test_rmse REAL;
+ALTER TABLE rounds ADD COLUMN test_mae REAL;
+ALTER TABLE rounds ADD COLUMN test_calibration REAL;
+)sql";
+
 // `sql` with its {attempts} replaced by the attempts table's columns.
 std::string WithAttemptsColumns(std::string sql) {
   const std::string marker = "{attempts}";
@@ -161,7 +172,7 @@ std::string WithAttemptsColumns(std::string sql) {
 #define COHORT_ROUND_COLUMNS                                                                \
   "run_id, round, input_generation, output_generation, status, started_at, ended_at, "      \
   "train_s, predict_s, acquire_s, label_s, commit_s, idle_s, labels_total, test_accuracy, " \
-  "test_nll, test_brier, test_ece, error"
+  "test_nll, test_brier, test_ece, error, test_rmse, test_mae, test_calibration"
 
 #define COHORT_ATTEMPT_COLUMNS                                                            \
   "id, run_id, round, member, attempt, device, pid, status, exit, started_at, ended_at, " \
@@ -471,7 +482,10 @@ Status Journal::CreateOrUpgradeSchema() {
                                 "upgrade the journal from schema version 1"));
   } else if (version == 2) {
     COHORT_RETURN_IF_ERROR(Exec(kMigrateV2ToV3, "upgrade the journal from schema version 2"));
-  } else {
+  }
+  if (version >= 1 && version <= 3) {
+    COHORT_RETURN_IF_ERROR(Exec(kMigrateV3ToV4, "upgrade the journal to schema version 4"));
+  } else if (version == 0) {
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
   COHORT_RETURN_IF_ERROR(
@@ -599,7 +613,8 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
       run_id, round,
       "UPDATE rounds SET status = 'done', ended_at = ?, output_generation = ?, labels_total = ?, "
       "train_s = ?, predict_s = ?, acquire_s = ?, label_s = ?, commit_s = ?, idle_s = ?, "
-      "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, error = NULL "
+      "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, test_rmse = ?, test_mae = ?, "
+      "test_calibration = ?, error = NULL "
       "WHERE run_id = ? AND round = ?",
       "finish round", [&](Stmt& st) {
         st.Text(1, NowIso8601());
@@ -615,7 +630,10 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
         st.Real(11, o.test.nll);
         st.Real(12, o.test.brier);
         st.Real(13, o.test.ece);
-        return 13;
+        st.Real(14, o.test.rmse);
+        st.Real(15, o.test.mae);
+        st.Real(16, o.test.calibration_error);
+        return 16;
       });
 }
 
@@ -833,6 +851,9 @@ Result<RoundRecord> ReadRound(const S& st, const std::string& path) {
   r.test.brier = st.ColOptReal(16);
   r.test.ece = st.ColOptReal(17);
   r.error = st.ColOptText(18);
+  r.test.rmse = st.ColOptReal(19);
+  r.test.mae = st.ColOptReal(20);
+  r.test.calibration_error = st.ColOptReal(21);
   return r;
 }
 

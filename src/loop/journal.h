@@ -41,7 +41,7 @@ struct sqlite3_stmt;
 namespace cohort::loop {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-inline constexpr int kJournalSchemaVersion = 3;
+inline constexpr int kJournalSchemaVersion = 4;
 
 enum class RunStatus { kRunning, kFinished, kFailed, kStopped };
 enum class RoundStatus {
@@ -100,6 +100,11 @@ struct EnsembleTestMetrics {
   std::optional<double> nll;
   std::optional<double> brier;
   std::optional<double> ece;
+  // Regression runs (nll above is shared): of the ensemble's mean, and its predictive
+  // intervals' calibration (regression.h).
+  std::optional<double> rmse;
+  std::optional<double> mae;
+  std::optional<double> calibration_error;
 };
 
 // What a finished round produced.

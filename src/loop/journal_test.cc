@@ -289,7 +289,10 @@ TEST(JournalTest, LastRoundAfterInterruptedRound) {
     ASSERT_NE(j, nullptr);
     run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-    ASSERT_TRUE(j->FinishRound(run, 0, {2, 1100, {}, {0.8, 0.5, std::nullopt, std::nullopt}}).ok());
+    RoundOutcome finished{.output_generation = 2, .labels_total = 1100};
+    finished.test.accuracy = 0.8;
+    finished.test.nll = 0.5;
+    ASSERT_TRUE(j->FinishRound(run, 0, finished).ok());
     ASSERT_TRUE(j->BeginRound(run, 1, 2).ok());
     done_id = *j->BeginAttempt({run, 1, "a", 1, "cpu:0", 11, ""});
     ASSERT_TRUE(j->FinishAttempt(done_id, {AttemptStatus::kDone, "exit 0", "{}", "a.pt", ""}).ok());
@@ -632,6 +635,9 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
              (3, 1, 0, 'b', 1, 'cpu:1', 'killed', 'the controller stopped during this attempt', 'x'),
              (4, 1, 0, 'c', 1, 'cpu:1', 'failed', 'worker exited with status 1', 'x');
     INSERT INTO epochs (attempt_id, epoch, train_loss) VALUES (1, 1, 0.5);
+    ALTER TABLE rounds DROP COLUMN test_rmse;
+    ALTER TABLE rounds DROP COLUMN test_mae;
+    ALTER TABLE rounds DROP COLUMN test_calibration;
     PRAGMA user_version = 1;
   )sql";
   ASSERT_EQ(sqlite3_exec(raw, to_v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
@@ -672,7 +678,8 @@ TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   const char* to_v2 =
       "ALTER TABLE attempts DROP COLUMN node; ALTER TABLE attempts DROP COLUMN gpus; "
-      "PRAGMA user_version = 2;";
+      "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
+      "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 2;";
   ASSERT_EQ(sqlite3_exec(raw, to_v2, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
   sqlite3_close(raw);
 
@@ -688,6 +695,45 @@ TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
   EXPECT_EQ(after[0].node.value_or(""), "gpu-node-3");
   EXPECT_EQ(after[0].gpus.value_or(""), "0,1");
   EXPECT_FALSE(j->SetAttemptPlacement(999, "x", "").ok());
+}
+
+// Version 3 journals get the regression metric columns; a round's metrics of either kind of
+// run read back as written.
+TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    int64_t run = *j->StartRun(SampleRun());
+    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const char* to_v3 =
+      "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
+      "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 3;";
+  ASSERT_EQ(sqlite3_exec(raw, to_v3, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  auto j = MustOpen(path);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
+  RoundOutcome o;
+  o.output_generation = 2;
+  o.labels_total = 40;
+  o.test.nll = 0.75;
+  o.test.rmse = 0.5;
+  o.test.mae = 0.25;
+  o.test.calibration_error = 0.125;
+  ASSERT_TRUE(j->FinishRound(1, 0, o).ok());
+  auto rounds = j->RoundsOf(1);
+  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
+  ASSERT_EQ(rounds->size(), 1u);
+  const EnsembleTestMetrics& t = (*rounds)[0].test;
+  EXPECT_FALSE(t.accuracy.has_value());
+  EXPECT_EQ(t.nll.value_or(-1), 0.75);
+  EXPECT_EQ(t.rmse.value_or(-1), 0.5);
+  EXPECT_EQ(t.mae.value_or(-1), 0.25);
+  EXPECT_EQ(t.calibration_error.value_or(-1), 0.125);
 }
 
 }  // namespace
