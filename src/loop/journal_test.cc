@@ -289,7 +289,9 @@ TEST(JournalTest, LastRoundAfterInterruptedRound) {
     ASSERT_NE(j, nullptr);
     run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-    RoundOutcome finished{.output_generation = 2, .labels_total = 1100};
+    RoundOutcome finished;
+    finished.output_generation = 2;
+    finished.labels_total = 1100;
     finished.test.accuracy = 0.8;
     finished.test.nll = 0.5;
     ASSERT_TRUE(j->FinishRound(run, 0, finished).ok());
