@@ -66,8 +66,8 @@ std::string Where(int64_t member, int64_t sample, std::span<const std::string> m
                   std::span<const uint64_t> sample_ids) {
   auto m = static_cast<size_t>(member);
   auto i = static_cast<size_t>(sample);
-  std::string who = m < member_names.size() ? "member " + member_names[m]
-                                             : "member " + std::to_string(member);
+  std::string who =
+      m < member_names.size() ? "member " + member_names[m] : "member " + std::to_string(member);
   std::string what = i < sample_ids.size() ? "row " + std::to_string(sample) + " (sample id " +
                                                  std::to_string(sample_ids[i]) + ")"
                                            : "row " + std::to_string(sample);
@@ -128,15 +128,14 @@ Status ValidatePredictions(const EnsemblePredictions& predictions,
         const float v = row[c];
         if (!std::isfinite(v) || v < 0) {
           return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
-                                         ": probability of class " +
-                                         std::to_string(c) + " is " + std::to_string(v));
+                                         ": probability of class " + std::to_string(c) + " is " +
+                                         std::to_string(v));
         }
         sum += v;
       }
       if (std::abs(sum - 1.0) > kProbabilitySumTolerance) {
         return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
-                                       ": probabilities sum to " +
-                                       std::to_string(sum) + ", not 1");
+                                       ": probabilities sum to " + std::to_string(sum) + ", not 1");
       }
     }
   }
@@ -245,6 +244,54 @@ Result<std::vector<double>> ScoreSamples(const std::string& strategy,
   return scores;
 }
 
+Result<std::vector<int64_t>> SelectTop(const std::vector<double>& scores, int64_t k, uint64_t seed,
+                                       const ScoreBand& band) {
+  if (k < 0) return Status::InvalidArgument("cannot select " + std::to_string(k) + " samples");
+  for (const std::optional<double>& bound : {band.lower, band.upper}) {
+    if (bound.has_value() && std::isnan(*bound)) {
+      return Status::InvalidArgument("score band has a NaN bound");
+    }
+  }
+  if (band.lower.has_value() && band.upper.has_value() && *band.lower > *band.upper) {
+    return Status::InvalidArgument("score band lower bound " + std::to_string(*band.lower) +
+                                   " is above its upper bound " + std::to_string(*band.upper));
+  }
+  const auto n = static_cast<int64_t>(scores.size());
+  // NaN is unordered: it would break the strict weak order nth_element and sort rely on.
+  for (int64_t i = 0; i < n; i++) {
+    if (std::isnan(scores[i])) {
+      return Status::InvalidArgument("sample " + std::to_string(i) + " has a NaN score");
+    }
+  }
+
+  // One pseudo-random key per sample, in sample order; ties in score go to the smaller key,
+  // and (practically never) equal keys to the smaller index. The order is total, so the
+  // selection and its order do not depend on how nth_element or sort are implemented. Every
+  // sample draws its key, eligible or not, so a band never changes how ties fall.
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  uint64_t state = seed;
+  for (uint64_t& key : keys) key = SplitMix64(&state);
+  auto better = [&](int64_t a, int64_t b) {
+    if (scores[a] != scores[b]) return scores[a] > scores[b];
+    if (keys[a] != keys[b]) return keys[a] < keys[b];
+    return a < b;
+  };
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) {
+    const bool above_lower = !band.lower.has_value() || scores[i] >= *band.lower;
+    const bool below_upper = !band.upper.has_value() || scores[i] < *band.upper;
+    if (above_lower && below_upper) order.push_back(i);
+  }
+  const int64_t take = std::min(k, static_cast<int64_t>(order.size()));
+  if (take < static_cast<int64_t>(order.size())) {
+    std::nth_element(order.begin(), order.begin() + take, order.end(), better);
+  }
+  std::sort(order.begin(), order.begin() + take, better);
+  order.resize(static_cast<size_t>(take));
+  return order;
+}
+
 Result<std::vector<int64_t>> Acquire(const std::string& strategy,
                                      const EnsemblePredictions& predictions, int64_t k,
                                      uint64_t seed, std::vector<double>* scores_out) {
@@ -256,24 +303,7 @@ Result<std::vector<int64_t>> Acquire(const std::string& strategy,
                                    std::to_string(predictions.samples));
   }
   COHORT_ASSIGN_OR_RETURN(std::vector<double> scores, ScoreSamples(strategy, predictions));
-  const int64_t n = predictions.samples;
-
-  // One pseudo-random key per sample, in sample order; ties in score go to the smaller key,
-  // and (practically never) equal keys to the smaller index. The order is total, so the
-  // selection and its order do not depend on how nth_element or sort are implemented.
-  std::vector<uint64_t> keys(static_cast<size_t>(n));
-  uint64_t state = seed;
-  for (uint64_t& key : keys) key = SplitMix64(&state);
-  auto better = [&](int64_t a, int64_t b) {
-    if (scores[a] != scores[b]) return scores[a] > scores[b];
-    if (keys[a] != keys[b]) return keys[a] < keys[b];
-    return a < b;
-  };
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), better);
-  std::sort(order.begin(), order.begin() + k, better);
-  order.resize(static_cast<size_t>(k));
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> order, SelectTop(scores, k, seed));
   if (scores_out != nullptr) *scores_out = std::move(scores);
   return order;
 }

@@ -7,6 +7,8 @@
 // useful to label; Acquire returns the indices of the k best samples, best first. Samples
 // with exactly equal scores (compared in double) are ordered by a seeded pseudo-random key,
 // so a selection depends only on the inputs and the seed, identically on every platform.
+// SelectTop is that selection on its own, for scores from any source (regression scores come
+// from loop/regression.h), optionally restricted to a band of scores.
 // docs/acquisition.md gives every strategy's formula.
 //
 // Thread-safety: pure functions over caller-owned memory; the view must stay valid (and
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +68,25 @@ bool StrategyNeedsSeveralMembers(const std::string& strategy);
 // predictions first. Natural logarithms; 0 log 0 = 0.
 Result<std::vector<double>> ScoreSamples(const std::string& strategy,
                                          const EnsemblePredictions& predictions);
+
+// The scores a selection may take: a sample is eligible when lower <= score < upper; an absent
+// bound is open on that side. The default band admits every score. DP-GEN's trust levels are
+// such a band: below `lower` the ensemble already agrees (labelling teaches it little), at or
+// above `upper` the sample is likely garbage (an unphysical structure, a broken input).
+struct ScoreBand {
+  std::optional<double> lower;
+  std::optional<double> upper;
+};
+
+// The indices of the (at most) k eligible samples with the highest scores, best first. Ties in
+// score go to the smaller splitmix64 key drawn from `seed` in sample order over *all* samples
+// (eligible or not), then to the smaller index; so a band only filters the unbanded order, and
+// Acquire's selection is SelectTop of its scores. Fewer than k indices come back when fewer
+// samples are eligible; that is not an error.
+// Errors: k < 0, a NaN bound, lower > upper (lower == upper is an empty band, not an error), a
+// NaN score (the sample is named; NaN has no place in the order).
+Result<std::vector<int64_t>> SelectTop(const std::vector<double>& scores, int64_t k, uint64_t seed,
+                                       const ScoreBand& band = {});
 
 // The k most useful distinct sample indices, most useful first, by `strategy`. Ties in score
 // are broken by a pseudo-random key per sample drawn from `seed` (splitmix64), so `random`

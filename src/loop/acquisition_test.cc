@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 namespace cohort::loop {
@@ -256,8 +257,7 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   t.data[(1 * 4 + 2) * 3 + 1] = std::nanf("");
   auto r = Acquire("entropy", t.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 1 row 2"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("member 1 row 2"), std::string::npos) << r.status().message();
   // Random validates too.
   EXPECT_FALSE(Acquire("random", t.view, 1, 1).ok());
 
@@ -265,8 +265,7 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   neg.data[(0 * 4 + 3) * 3 + 0] = -0.1f;  // member 0, sample 3
   r = Acquire("margin", neg.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 0 row 3"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("member 0 row 3"), std::string::npos) << r.status().message();
 
   Table inf = FourSamples();
   inf.data[0] = INFINITY;
@@ -276,8 +275,7 @@ TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
   unnormalised.data[(1 * 4 + 1) * 3 + 2] = 0.5f;  // member 1, sample 1 sums to 1.45
   r = Acquire("variance", unnormalised.view, 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("member 1 row 1"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("member 1 row 1"), std::string::npos) << r.status().message();
   // With names and ids at hand, by them.
   std::vector<std::string> names = {"mlp-a", "cnn-b"};
   std::vector<uint64_t> ids = {100, 101, 102, 103};
@@ -349,6 +347,135 @@ TEST(AcquisitionTest, LargeEnsembleRunsAndPrintsItsTime) {
     }
   }
   for (int64_t j = 1; j < K; j++) ASSERT_GE(scores[got[j - 1]], scores[got[j]]);
+}
+
+std::vector<int64_t> SelectOk(const std::vector<double>& scores, int64_t k, uint64_t seed,
+                              const ScoreBand& band = {}) {
+  auto r = SelectTop(scores, k, seed, band);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : std::vector<int64_t>{};
+}
+
+ScoreBand Band(std::optional<double> lower, std::optional<double> upper) {
+  ScoreBand band;
+  band.lower = lower;
+  band.upper = upper;
+  return band;
+}
+
+// Scores with one tie (samples 2 and 4 at 1.0).
+const std::vector<double> kBandScores = {0.5, 3.0, 1.0, 2.0, 1.0, 4.0};
+
+TEST(SelectTopTest, AcquireIsSelectTopOfTheScores) {
+  Table t = FourSamples();
+  for (const std::string& s : AcquisitionStrategies()) {
+    for (uint64_t seed = 0; seed < 8; seed++) {
+      std::vector<double> scores;
+      std::vector<int64_t> acquired = AcquireOk(s, t.view, 3, seed, &scores);
+      EXPECT_EQ(acquired, SelectOk(scores, 3, seed)) << s << " seed " << seed;
+    }
+  }
+}
+
+TEST(SelectTopTest, WithoutABandEverySampleIsEligible) {
+  std::vector<int64_t> got = SelectOk(kBandScores, 6, 1);
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(std::vector<int64_t>(got.begin(), got.begin() + 3), (std::vector<int64_t>{5, 1, 3}));
+  EXPECT_EQ(std::set<int64_t>(got.begin() + 3, got.begin() + 5), (std::set<int64_t>{2, 4}));
+  EXPECT_EQ(got[5], 0);
+}
+
+TEST(SelectTopTest, BandOnBothSidesIsLowerInclusiveUpperExclusive) {
+  // [1, 3): 1.0 (samples 2, 4) is in, 3.0 (sample 1) is out, and so are 0.5 and 4.0.
+  std::vector<int64_t> got = SelectOk(kBandScores, 10, 1, Band(1.0, 3.0));
+  ASSERT_EQ(got.size(), 3u);  // k larger than the eligible count: all of them, no error
+  EXPECT_EQ(got[0], 3);
+  EXPECT_EQ(std::set<int64_t>(got.begin() + 1, got.end()), (std::set<int64_t>{2, 4}));
+  // k smaller than the eligible count: the best of the band.
+  EXPECT_EQ(SelectOk(kBandScores, 1, 1, Band(1.0, 3.0)), (std::vector<int64_t>{3}));
+  EXPECT_EQ(SelectOk(kBandScores, 2, 1, Band(1.0, 3.0)).size(), 2u);
+  EXPECT_EQ(SelectOk(kBandScores, 0, 1, Band(1.0, 3.0)).size(), 0u);
+}
+
+TEST(SelectTopTest, BandOnOneSide) {
+  // Lower only: scores >= 2.
+  EXPECT_EQ(SelectOk(kBandScores, 6, 1, Band(2.0, std::nullopt)), (std::vector<int64_t>{5, 1, 3}));
+  // Upper only: scores < 1 (the tied 1.0s are out).
+  EXPECT_EQ(SelectOk(kBandScores, 6, 1, Band(std::nullopt, 1.0)), (std::vector<int64_t>{0}));
+  // Upper only, open below: DP-GEN without a lower trust level drops only the outliers.
+  std::vector<int64_t> got = SelectOk(kBandScores, 2, 1, Band(std::nullopt, 4.0));
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 3}));
+}
+
+TEST(SelectTopTest, EmptyBandSelectsNothing) {
+  EXPECT_EQ(SelectOk(kBandScores, 3, 1, Band(2.0, 2.0)).size(), 0u);  // [2, 2) is empty
+  EXPECT_EQ(SelectOk(kBandScores, 3, 1, Band(5.0, std::nullopt)).size(), 0u);
+  EXPECT_EQ(SelectOk(kBandScores, 3, 1, Band(1.5, 1.9)).size(), 0u);  // between the scores
+  EXPECT_EQ(SelectOk({}, 3, 1).size(), 0u);
+}
+
+TEST(SelectTopTest, TiesFallTheSameWayWithAndWithoutABand) {
+  // A band filters the unbanded order: every sample draws its key, eligible or not. Scores
+  // from {0, 1, 2, 3} so that ties are everywhere; bands on and between the values.
+  std::vector<double> scores(40);
+  uint64_t x = 12345;
+  for (double& v : scores) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = static_cast<double>(x % 4);
+  }
+  const ScoreBand bands[] = {Band(1.0, 3.0), Band(0.5, std::nullopt), Band(std::nullopt, 2.0),
+                             Band(2.0, 2.5)};
+  for (uint64_t seed = 0; seed < 10; seed++) {
+    std::vector<int64_t> all = SelectOk(scores, 40, seed);
+    for (const ScoreBand& band : bands) {
+      std::vector<int64_t> want;
+      for (int64_t i : all) {
+        if ((!band.lower || scores[i] >= *band.lower) && (!band.upper || scores[i] < *band.upper)) {
+          want.push_back(i);
+        }
+      }
+      ASSERT_FALSE(want.empty());
+      for (int64_t k : {int64_t{1}, int64_t{5}, static_cast<int64_t>(want.size()), int64_t{40}}) {
+        std::vector<int64_t> got = SelectOk(scores, k, seed, band);
+        const size_t n = std::min(want.size(), static_cast<size_t>(k));
+        EXPECT_EQ(got, std::vector<int64_t>(want.begin(), want.begin() + n)) << "seed " << seed;
+      }
+    }
+  }
+}
+
+TEST(SelectTopTest, TieBreakingIsPinned) {
+  // The same pinned order as Acquire's (seed 42, ten tied samples).
+  EXPECT_EQ(SelectOk(std::vector<double>(10, 0.25), 10, 42),
+            (std::vector<int64_t>{4, 1, 6, 2, 8, 3, 9, 0, 7, 5}));
+  // A band keeps the order of the samples it admits.
+  std::vector<double> scores(10, 0.25);
+  for (int64_t i : {1, 2, 3}) scores[i] = 9.0;  // above the band
+  EXPECT_EQ(SelectOk(scores, 10, 42, Band(std::nullopt, 1.0)),
+            (std::vector<int64_t>{4, 6, 8, 9, 0, 7, 5}));
+}
+
+TEST(SelectTopTest, Errors) {
+  auto negative = SelectTop(kBandScores, -1, 1);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_TRUE(negative.status().IsInvalidArgument());
+  auto inverted = SelectTop(kBandScores, 1, 1, Band(3.0, 1.0));
+  ASSERT_FALSE(inverted.ok());
+  EXPECT_TRUE(inverted.status().IsInvalidArgument());
+  EXPECT_FALSE(SelectTop(kBandScores, 1, 1, Band(NAN, std::nullopt)).ok());
+  EXPECT_FALSE(SelectTop(kBandScores, 1, 1, Band(std::nullopt, NAN)).ok());
+  std::vector<double> nan_score = kBandScores;
+  nan_score[3] = NAN;
+  auto r = SelectTop(nan_score, 1, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("sample 3"), std::string::npos) << r.status().message();
+  // Infinite scores are ordered, so they are fine (and an infinite bound is a bound).
+  std::vector<double> inf_score = kBandScores;
+  inf_score[0] = INFINITY;
+  EXPECT_EQ(SelectOk(inf_score, 1, 1), (std::vector<int64_t>{0}));
+  EXPECT_EQ(SelectOk(inf_score, 1, 1, Band(std::nullopt, INFINITY)), (std::vector<int64_t>{5}));
 }
 
 }  // namespace
