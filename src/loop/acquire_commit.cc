@@ -10,6 +10,7 @@
 #include "loop/crash_point.h"
 #include "loop/oracle.h"
 #include "loop/predictions.h"
+#include "loop/regression.h"
 #include "store/store.h"
 #include "store/transaction.h"
 
@@ -35,13 +36,21 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].done) files.emplace_back(i, c.paths->Absolute(results[i].predictions_pool));
   }
-  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool.size()));
-  COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
-                                                             stacked.samples, stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool.size(), c.task));
+  const AcquisitionConfig& acquisition = c.config->acquisition;
   std::vector<double> scores;
-  COHORT_ASSIGN_OR_RETURN(auto picked,
-                          Acquire(c.config->acquisition.strategy, view, k,
-                                  RoundSeed(c.config->acquisition.seed, round), &scores));
+  if (c.task.regression) {
+    COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
+                                                                 stacked.samples, stacked.outputs));
+    COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.strategy, view));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
+                                                               stacked.samples, stacked.classes));
+    COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.strategy, view));
+  }
+  // The same picks as Acquire when no band is set.
+  COHORT_ASSIGN_OR_RETURN(
+      auto picked, SelectTop(scores, k, RoundSeed(acquisition.seed, round), acquisition.band));
   std::vector<AcquiredSample> samples;
   for (int64_t index : picked) {
     auto row = static_cast<uint64_t>(index);

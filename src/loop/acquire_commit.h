@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "loop/config.h"
 #include "loop/journal.h"
+#include "loop/predictions.h"
 #include "loop/run_dir.h"
 #include "loop/scheduler.h"
 #include "store/env.h"
@@ -33,6 +34,7 @@ struct AcquireContext {
   store::Env* env = nullptr;
   Scheduler* scheduler = nullptr;  // runs a command oracle
   int64_t classes = 0;             // the run's class count: an oracle's labels must fit it
+  RunTask task;                    // what the members' prediction files hold
   const store::FileLock* store_lock = nullptr;  // the run's hold on its store's writer lock
 };
 

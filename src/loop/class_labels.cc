@@ -47,6 +47,13 @@ std::vector<int64_t> ClassLabelsOf(const store::Table& table) {
   return out;
 }
 
+std::vector<float> TargetsOf(const store::Table& table) {
+  store::HostArray labels = table.ReadLabels();
+  std::vector<float> out(labels.data.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), labels.data.data(), out.size() * sizeof(float));
+  return out;
+}
+
 Status CheckClassLabels(const std::string& what, std::span<const int64_t> labels,
                         std::span<const uint64_t> ids, int64_t classes, const std::string& hint) {
   size_t bad = 0;

@@ -31,6 +31,9 @@ inline constexpr int64_t kMaxInferredClasses = 100000;
 // A class table's labels, one int64 per row.
 std::vector<int64_t> ClassLabelsOf(const store::Table& table);
 
+// A regression table's float32 targets, row after row (rows * components values).
+std::vector<float> TargetsOf(const store::Table& table);
+
 // The run's class count at `snap` (see above). InvalidArgument naming the config lines of
 // members whose `classes` differ, or the table and sample ids of labels outside the count.
 Result<int64_t> RunClassCount(const LoopConfig& config, const store::Snapshot& snap);

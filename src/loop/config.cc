@@ -1,5 +1,7 @@
 #include "loop/config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -17,6 +19,7 @@
 
 #include "common/closest_name.h"
 #include "loop/acquisition.h"
+#include "loop/regression.h"
 #include "model/config_json.h"
 #include "model/spec.h"
 
@@ -390,7 +393,8 @@ std::string NameList(const std::vector<std::string>& names) {
 }
 
 // The ensemble test metrics a stop target can name: those the loop computes every round
-// (ClassificationMetrics, ensemble_metrics.h), and which way is better.
+// (ClassificationMetrics in ensemble_metrics.h, RegressionMetrics in regression.h), and which
+// way is better.
 struct TargetMetricRule {
   const char* name;
   bool higher_is_better;
@@ -400,6 +404,9 @@ constexpr TargetMetricRule kTargetMetrics[] = {
     {"nll", false},
     {"brier", false},
     {"ece", false},
+    {"rmse", false},
+    {"mae", false},
+    {"calibration_error", false},
 };
 
 std::vector<std::string> TargetMetricNames() {
@@ -710,12 +717,33 @@ void ParseMembers(Errors* e, Reader& r, const MemberDefaults& defaults, const fs
   if (r.ok() && c->members.empty()) r.Missing("member", "at least one [[member]] entry");
 }
 
+// The strategy names of both kinds of run, classification's first. Which kind a run is only
+// its store says (the train table's labels): CheckConfigAgainstStore refuses the other kind's.
+std::vector<std::string> AllStrategyNames() {
+  std::vector<std::string> names = AcquisitionStrategies();
+  for (const std::string& name : RegressionStrategies()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+// Whether `strategy` needs several members in every kind of run that has it (`variance` of
+// class probabilities does, a regression run's predictive variance does not).
+bool NeedsSeveralMembersInAnyRun(const std::string& strategy) {
+  const auto& regression = RegressionStrategies();
+  const bool in_regression =
+      std::find(regression.begin(), regression.end(), strategy) != regression.end();
+  return in_regression ? RegressionStrategyNeedsSeveralMembers(strategy)
+                       : StrategyNeedsSeveralMembers(strategy);
+}
+
 // After the members: a disagreement strategy needs at least two.
 void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
   const TV* t = r.Table("acquisition");
   if (t == nullptr && r.ok()) r.Missing("acquisition", "an [acquisition] table");
-  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1, {"strategy", "batch_size", "seed"});
-  const std::vector<std::string>& strategies = AcquisitionStrategies();
+  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
+           {"strategy", "batch_size", "seed", "min_score", "max_score"});
+  const std::vector<std::string> strategies = AllStrategyNames();
   std::string& strategy = c->acquisition.strategy;
   if (a.String("strategy", &strategy)) {
     if (std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
@@ -723,7 +751,7 @@ void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
       a.Fail("strategy", "unknown strategy '" + strategy + "'" +
                              (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
                              "; one of " + NameList(strategies));
-    } else if (StrategyNeedsSeveralMembers(strategy) && c->members.size() < 2) {
+    } else if (NeedsSeveralMembersInAnyRun(strategy) && c->members.size() < 2) {
       a.Fail("strategy", "'" + strategy +
                              "' measures disagreement between members and needs at least 2 "
                              "[[member]] entries");
@@ -736,6 +764,23 @@ void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
   }
   int64_t seed = 0;
   if (a.Int("seed", &seed, 0)) c->acquisition.seed = static_cast<uint64_t>(seed);
+  // The band of scores a pick may have (DP-GEN's trust levels): [min_score, max_score).
+  for (const char* key : {"min_score", "max_score"}) {
+    double value = 0;
+    if (!a.Number(key, &value)) continue;
+    if (!std::isfinite(value)) {
+      a.Fail(key, "must be a finite number");
+    } else if (std::string(key) == "min_score") {
+      c->acquisition.band.lower = value;
+    } else {
+      c->acquisition.band.upper = value;
+    }
+  }
+  const ScoreBand& band = c->acquisition.band;
+  if (a.ok() && band.lower && band.upper && *band.lower >= *band.upper) {
+    a.Fail("max_score", fmt::format("{} is not above min_score {}: no sample could be picked",
+                                    *band.upper, *band.lower));
+  }
 }
 
 void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracle) {
@@ -865,11 +910,6 @@ void ParseTarget(Errors* e, const TV& target, StopConfig* stop) {
                                     [&](const auto& k) { return m.metric == k.name; });
     if (rule != std::end(kTargetMetrics)) {
       m.higher_is_better = rule->higher_is_better;
-    } else if (m.metric == "rmse") {
-      tr.Fail("metric",
-              "'rmse' is a regression metric, which the loop never computes (it "
-              "scores the ensemble as a classifier); one of " +
-                  NameList(metrics));
     } else {
       tr.Fail("metric", "unknown metric '" + m.metric + "' (" + NameList(metrics) + ")");
     }
@@ -1164,7 +1204,9 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
       {"acquisition",
        {{"strategy", c.acquisition.strategy},
         {"batch_size", c.acquisition.batch_size},
-        {"seed", c.acquisition.seed}}},
+        {"seed", c.acquisition.seed},
+        {"min_score", c.acquisition.band.lower ? json(*c.acquisition.band.lower) : json()},
+        {"max_score", c.acquisition.band.upper ? json(*c.acquisition.band.upper) : json()}}},
       {"oracle", {{"kind", OracleKindName(c.oracle.kind)}, {"command", c.oracle.command}}},
       {"stop", stop},
       {"failure",

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "launch/device.h"
 #include "launch/slurm.h"
+#include "loop/acquisition.h"
 #include "model/train_config.h"
 
 namespace cohort::loop {
@@ -59,9 +60,14 @@ struct MemberConfig {
 };
 
 struct AcquisitionConfig {
-  std::string strategy;    // one of AcquisitionStrategies()
+  // One of AcquisitionStrategies() (classification runs) or RegressionStrategies().
+  std::string strategy;
   int64_t batch_size = 0;  // k: samples labelled per round, > 0
   uint64_t seed = 0;       // tie-breaking (and `random`)
+  // min_score / max_score: only samples scoring in [lower, upper) are picked (DP-GEN's trust
+  // levels: below, the members agree already; above, the sample is an outlier), so a round
+  // may pick fewer than k. Unset bounds are open.
+  ScoreBand band;
 };
 
 struct OracleConfig {
@@ -86,9 +92,10 @@ struct UpdateStepConfig {
 const char* UpdateKindName(UpdateStepConfig::Kind kind);
 
 struct TargetMetric {
-  // An ensemble test metric the loop computes every round (ClassificationMetrics):
-  // accuracy | nll | brier | ece. The parser refuses any other, rmse included, since a
-  // target the loop never computes could never end a run.
+  // An ensemble test metric the loop computes every round: accuracy | nll | brier | ece in a
+  // classification run, rmse | mae | nll | calibration_error in a regression run (the train
+  // table's labels decide; the check against the store refuses a metric of the other kind,
+  // since a target the loop never computes could never end a run).
   std::string metric;
   double value = 0;
   bool higher_is_better = true;  // accuracy; the others stop when at or below value

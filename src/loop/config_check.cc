@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "loop/acquisition.h"
+#include "loop/predictions.h"
+#include "loop/regression.h"
 #include "model/spec.h"
 #include "model/task.h"
 
@@ -21,6 +26,45 @@ std::string ModelWhere(const LoopConfig& config, size_t index) {
   return fmt::format("{}:{}: {}", config.path, m.model_line, m.model_field);
 }
 
+// The strategy and the stop target must be of the run's kind: a classification strategy has
+// no class probabilities to score in a regression run, and a target the run never computes
+// would never end it.
+Status CheckStrategyAndTargetFit(const LoopConfig& config, const RunTask& task) {
+  const std::vector<std::string>& strategies =
+      task.regression ? RegressionStrategies() : AcquisitionStrategies();
+  const std::string& strategy = config.acquisition.strategy;
+  // Without [[update]] tables a run has one acquire step.
+  const bool acquires =
+      config.updates.empty() ||
+      std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+        return u.kind == UpdateStepConfig::Kind::kAcquire;
+      });
+  if (acquires && !strategy.empty() &&
+      std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
+    std::string names;
+    for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s;
+    return Status::InvalidArgument(fmt::format(
+        "{}: acquisition.strategy: '{}' does not fit a {} (the train table '{}' decides); "
+        "one of {}",
+        config.path, strategy, task.Describe(), config.store.train, names));
+  }
+  if (config.stop.target) {
+    static const std::vector<std::string> kClassification{"accuracy", "nll", "brier", "ece"};
+    static const std::vector<std::string> kRegression{"rmse", "mae", "nll", "calibration_error"};
+    const auto& metrics = task.regression ? kRegression : kClassification;
+    const std::string& metric = config.stop.target->metric;
+    if (std::find(metrics.begin(), metrics.end(), metric) == metrics.end()) {
+      std::string names;
+      for (const auto& s : metrics) names += (names.empty() ? "" : ", ") + s;
+      return Status::InvalidArgument(fmt::format(
+          "{}: stop.target.metric: a {} never computes '{}', so the target could never end "
+          "it; one of {}",
+          config.path, task.Describe(), metric, names));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& snap) {
@@ -37,16 +81,21 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
   const store::Table* train = *snap.table(config.store.train);
   const store::Table* pool = *snap.table(config.store.pool);
   const store::Table* test = *snap.table(config.store.test);
-  if (train->schema().label_kind != store::LabelKind::kClass) {
+  if (!train->schema().has_labels()) {
+    return Status::InvalidArgument(
+        fmt::format("{}.train: table '{}' has {}: the members need labels to train on", where,
+                    config.store.train, train->schema().ToString()));
+  }
+  const RunTask task = RunTaskOf(*train);
+  if (test->schema().label_kind != train->schema().label_kind ||
+      test->schema().label_shape != train->schema().label_shape) {
     return Status::InvalidArgument(fmt::format(
-        "{}.train: table '{}' has {}: the loop's acquisition and metrics need class labels", where,
-        config.store.train, train->schema().ToString()));
+        "{}.test: table '{}' has {} but the train table '{}' has {}: the ensemble is scored "
+        "against labels of the kind it learns",
+        where, config.store.test, test->schema().ToString(), config.store.train,
+        train->schema().ToString()));
   }
-  if (test->schema().label_kind != store::LabelKind::kClass) {
-    return Status::InvalidArgument(fmt::format("{}.test: table '{}' has {}: it needs class labels",
-                                               where, config.store.test,
-                                               test->schema().ToString()));
-  }
+  COHORT_RETURN_IF_ERROR(CheckStrategyAndTargetFit(config, task));
   for (const store::Table* t : {pool, test}) {
     if (t->schema().feature_dtype != train->schema().feature_dtype ||
         t->schema().feature_shape != train->schema().feature_shape) {
@@ -59,6 +108,15 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
     return Status::InvalidArgument(fmt::format(
         "{}: oracle: hidden_labels needs the pool table '{}' to store labels, but it has {}",
         config.path, config.store.pool, pool->schema().ToString()));
+  }
+  if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels &&
+      (pool->schema().label_kind != train->schema().label_kind ||
+       pool->schema().label_shape != train->schema().label_shape)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: oracle: hidden_labels moves the pool table's labels into the train table, but '{}' "
+        "has {} and '{}' has {}",
+        config.path, config.store.pool, pool->schema().ToString(), config.store.train,
+        train->schema().ToString()));
   }
   if (train->size() == 0) {
     return Status::InvalidArgument(

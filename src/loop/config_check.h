@@ -1,9 +1,10 @@
 // The checks of a loop config that need its store: the tables exist with the kinds the loop
-// needs (class labels in train and test, the same features everywhere, stored labels in the
-// pool for hidden_labels), the train table is not empty, and every native member's model fits
-// the train table's shapes. Run before any worker starts, so a bad config costs nothing.
+// needs (train and test labels of one kind, the same features everywhere, stored labels in the
+// pool for hidden_labels), the train table is not empty, the strategy and stop target are of
+// the run's kind, and every native member's model fits the train table's shapes. Run before
+// any worker starts, so a bad config costs nothing.
 //
-// Thread-safety: a pure function of its arguments.
+// Thread-safety: pure functions of their arguments.
 #pragma once
 
 #include "common/status.h"

@@ -314,10 +314,12 @@ TEST(LoopConfigTest, UnknownStrategy) {
 }
 
 // Both messages list the strategies acquisition.h knows, not a copy of them.
+// Both kinds of run's names (which kind a run is, its store says), classification's first.
 TEST(LoopConfigTest, StrategyMessagesListTheAcquisitionStrategies) {
   std::string list;
   for (const auto& s : AcquisitionStrategies()) list += (list.empty() ? "" : ", ") + s;
   EXPECT_EQ(list, "random, entropy, margin, least_confident, variance, bald, vote_entropy");
+  list += ", max_deviation, mean_deviation";
   EXPECT_EQ(Error(Replace(kFull, "strategy = \"entropy\"\n", "")),
             "dir/loop.toml:31: acquisition.strategy: missing (one of " + list + ")");
   EXPECT_EQ(Error(Replace(kFull, "\"entropy\"", "\"entropi\"")),
@@ -337,6 +339,31 @@ TEST(LoopConfigTest, DisagreementStrategyNeedsTwoMembers) {
   std::string m = Error(one);
   EXPECT_EQ(m.rfind("dir/loop.toml:", 0), 0u) << m;
   EXPECT_NE(m.find("acquisition.strategy: 'bald' measures disagreement"), std::string::npos) << m;
+}
+
+// min_score / max_score: a band of scores the picks must lie in, [min, max).
+TEST(LoopConfigTest, AScoreBandIsReadAndChecked) {
+  auto with = [](const std::string& band) {
+    return Replace(kFull, "strategy = \"entropy\"\n", "strategy = \"entropy\"\n" + band);
+  };
+  auto c = ParseLoopConfig(with("min_score = 0.05\nmax_score = 0.5\n"), "dir/loop.toml", "/b");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->acquisition.band.lower.value_or(-1), 0.05);
+  EXPECT_EQ(c->acquisition.band.upper.value_or(-1), 0.5);
+  c = ParseLoopConfig(with("max_score = 2\n"), "dir/loop.toml", "/b");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->acquisition.band.lower.has_value());
+  EXPECT_EQ(c->acquisition.band.upper.value_or(-1), 2.0);
+  c = ParseLoopConfig(kFull, "dir/loop.toml", "/b");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->acquisition.band.lower || c->acquisition.band.upper);
+  EXPECT_EQ(Error(with("min_score = 0.5\nmax_score = 0.5\n")),
+            "dir/loop.toml:34: acquisition.max_score: 0.5 is not above min_score 0.5: no sample "
+            "could be picked");
+  EXPECT_EQ(Error(with("min_score = nan\n")),
+            "dir/loop.toml:33: acquisition.min_score: must be a finite number");
+  EXPECT_EQ(Error(with("max_score = \"high\"\n")).find("dir/loop.toml:33: acquisition.max_score"),
+            0u);
 }
 
 TEST(LoopConfigTest, CommandOracleWithoutCommand) {
@@ -443,18 +470,17 @@ TEST(LoopConfigTest, NoStopRule) {
             "or target");
   EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\"", "metric = \"f1\"")),
             "dir/loop.toml:37: stop.target.metric: unknown metric 'f1' (accuracy, nll, brier, "
-            "ece)");
+            "ece, rmse, mae, calibration_error)");
 }
 
-// The loop computes classification metrics only: a target on anything else never ends a run.
+// A target names a metric the loop computes for one kind of run or the other (which kind a
+// run is, only its store says: the check against the store refuses the other kind's).
 TEST(LoopConfigTest, TargetMetricMustBeOneTheLoopComputes) {
-  EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\"", "metric = \"rmse\"")),
-            "dir/loop.toml:37: stop.target.metric: 'rmse' is a regression metric, which the loop "
-            "never computes (it scores the ensemble as a classifier); one of accuracy, nll, "
-            "brier, ece");
   EXPECT_EQ(Error(Replace(kFull, "metric = \"nll\", ", "")),
-            "dir/loop.toml:37: stop.target.metric: missing (accuracy, nll, brier, ece)");
-  for (const char* metric : {"accuracy", "nll", "brier", "ece"}) {
+            "dir/loop.toml:37: stop.target.metric: missing (accuracy, nll, brier, ece, rmse, mae, "
+            "calibration_error)");
+  for (const char* metric :
+       {"accuracy", "nll", "brier", "ece", "rmse", "mae", "calibration_error"}) {
     auto c = ParseLoopConfig(Replace(kFull, "\"nll\"", std::string("\"") + metric + "\""),
                              "dir/loop.toml", "/base");
     ASSERT_TRUE(c.ok()) << metric << ": " << c.status().ToString();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "loop/journal.h"
 #include "loop/local_process_host.h"
 #include "loop/predictions.h"
+#include "loop/regression.h"
 #include "loop/resume_plan.h"
 #include "loop/run_dir.h"
 #include "loop/scheduler.h"
@@ -88,6 +90,15 @@ struct Tables {
   const store::Table* test = nullptr;
 };
 
+// What a round's ensemble scored on the test table, in every form the round needs.
+struct TestScore {
+  std::map<std::string, double> ensemble;  // by metric name: what the stop rules read
+  EnsembleTestMetrics journal;             // the journal's columns
+  std::string summary;                     // "test accuracy 0.9123, nll 0.3012, ece 0.0210"
+  std::string headline;                    // "test accuracy 0.9123": the run's last words
+  std::optional<double> accuracy;          // classification: the display header's figure
+};
+
 class Controller {
  public:
   explicit Controller(const RunOptions& options) : options_(options) {}
@@ -138,7 +149,8 @@ class Controller {
                            .test_rows = t.test->size(),
                            .classes = classes_,
                            .pool_ids = t.pool->Ids(),
-                           .test_ids = t.test->Ids()};
+                           .test_ids = t.test->Ids(),
+                           .task = task_};
   }
   // A resumed round trusts a finished attempt only if its prediction files still pass the
   // checks (a run from before they existed, a file damaged since): one that does not is
@@ -171,15 +183,17 @@ class Controller {
                           .env = store_env_,
                           .scheduler = scheduler_.get(),
                           .classes = classes_,
+                          .task = task_,
                           .store_lock = store_lock_.get()};
   }
   // The [[update]] steps of a round that goes on, when they include a command step.
   Result<bool> RunUpdateSteps(int64_t round, uint64_t generation,
                               const std::vector<MemberResult>& results, const std::string& summary,
                               RoundOutcome* outcome, uint64_t* next_generation);
-  Result<EnsembleMetrics> ScoreEnsemble(int64_t round, const Tables& t,
-                                        const std::vector<MemberResult>& results,
-                                        bool record_members);
+  // What the round's ensemble scored on the test table; journals each member's metrics when
+  // `record_members`.
+  Result<TestScore> ScoreEnsemble(int64_t round, const Tables& t,
+                                  const std::vector<MemberResult>& results, bool record_members);
   Status StopRun(RunStatus status);
   // The run stopped resumably (Ctrl-C, SIGTERM): journalled and said.
   Result<RunOutcome> Stopped(const std::string& where);
@@ -197,11 +211,13 @@ class Controller {
   std::unique_ptr<Scheduler> scheduler_;
   store::Env* store_env_ = nullptr;
   uint64_t starting_labels_ = 0;
-  int64_t classes_ = 0;  // RunClassCount
+  RunTask task_;         // classification, or regression of the train table's targets
+  int64_t classes_ = 0;  // RunClassCount (classification)
   // The run keeps its store's writer lock from start to end: a writer outside the run (a
   // `cohort data remove` on it) is refused instead of breaking the run's resume.
   std::unique_ptr<store::FileLock> store_lock_;
   std::optional<double> last_accuracy_;
+  std::string last_headline_;  // "test accuracy 0.9123" or "test rmse 0.051" of the last round
   std::string stop_reason_;
   PhaseTimings reconsidered_timings_;  // the training timings of a round looked at again
   // Wall seconds of the run's finished rounds (from the journal and this session): the run
@@ -279,7 +295,10 @@ Status Controller::CheckStore() {
     }
   }
   COHORT_RETURN_IF_ERROR(CheckConfigAgainstStore(config_, **snap));
-  COHORT_ASSIGN_OR_RETURN(classes_, RunClassCount(config_, **snap));
+  task_ = RunTaskOf(**(*snap)->table(config_.store.train));
+  if (!task_.regression) {
+    COHORT_ASSIGN_OR_RETURN(classes_, RunClassCount(config_, **snap));
+  }
   return Status::OK();
 }
 
@@ -559,32 +578,61 @@ Status Controller::CheckEnoughMembers(int64_t round, const std::vector<MemberRes
 
 // ---- after training
 
-Result<EnsembleMetrics> Controller::ScoreEnsemble(int64_t round, const Tables& t,
-                                                  const std::vector<MemberResult>& results,
-                                                  bool record_members) {
+Result<TestScore> Controller::ScoreEnsemble(int64_t round, const Tables& t,
+                                            const std::vector<MemberResult>& results,
+                                            bool record_members) {
   std::vector<std::pair<size_t, std::string>> files;
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].done) files.emplace_back(i, run_.paths.Absolute(results[i].predictions_test));
   }
-  COHORT_ASSIGN_OR_RETURN(StackedPredictions test, StackPredictions(files, t.test->size()));
-  COHORT_ASSIGN_OR_RETURN(
-      auto view, MakeEnsemblePredictions(test.data, test.members, test.samples, test.classes));
-  COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics,
-                          ComputeEnsembleMetrics(view, ClassLabelsOf(*t.test)));
-  // A finished member's line shows its own test accuracy while the block is up.
-  for (size_t m = 0; m < test.member_index.size(); ++m) {
-    if (test.member_index[m] < display_->member_count()) {
-      display_->member(test.member_index[m]).accuracy = metrics.members[m].accuracy;
+  COHORT_ASSIGN_OR_RETURN(StackedPredictions test, StackPredictions(files, t.test->size(), task_));
+  TestScore score;
+  std::vector<std::map<std::string, double>> members;
+  if (task_.regression) {
+    COHORT_ASSIGN_OR_RETURN(
+        auto view, MakeRegressionPredictions(test.data, test.members, test.samples, test.outputs));
+    COHORT_ASSIGN_OR_RETURN(EnsembleRegressionMetrics metrics,
+                            ComputeRegressionMetrics(view, TargetsOf(*t.test)));
+    for (const RegressionMetrics& m : metrics.members) members.push_back(m.ToMap());
+    const RegressionMetrics& e = metrics.ensemble;
+    score.ensemble = e.ToMap();
+    score.journal.nll = e.nll;
+    score.journal.rmse = e.rmse;
+    score.journal.mae = e.mae;
+    score.journal.calibration_error = e.calibration_error;
+    score.summary = fmt::format("test rmse {:.4g}, mae {:.4g}, nll {:.4f}, calibration {:.4f}",
+                                e.rmse, e.mae, e.nll, e.calibration_error);
+    score.headline = fmt::format("test rmse {:.4g}", e.rmse);
+  } else {
+    COHORT_ASSIGN_OR_RETURN(
+        auto view, MakeEnsemblePredictions(test.data, test.members, test.samples, test.classes));
+    COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics,
+                            ComputeEnsembleMetrics(view, ClassLabelsOf(*t.test)));
+    // A finished member's line shows its own test accuracy while the block is up.
+    for (size_t m = 0; m < test.member_index.size(); ++m) {
+      if (test.member_index[m] < display_->member_count()) {
+        display_->member(test.member_index[m]).accuracy = metrics.members[m].accuracy;
+      }
     }
+    for (const ClassificationMetrics& m : metrics.members) members.push_back(m.ToMap());
+    const ClassificationMetrics& e = metrics.ensemble;
+    score.ensemble = e.ToMap();
+    score.journal.accuracy = e.accuracy;
+    score.journal.nll = e.nll;
+    score.journal.brier = e.brier;
+    score.journal.ece = e.ece;
+    score.accuracy = e.accuracy;
+    score.summary =
+        fmt::format("test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", e.accuracy, e.nll, e.ece);
+    score.headline = fmt::format("test accuracy {:.4f}", e.accuracy);
   }
   if (record_members) {
     for (size_t m = 0; m < test.member_index.size(); ++m) {
       COHORT_RETURN_IF_ERROR(run_.journal->RecordMemberMetrics(
-          run_.run.id, round, config_.members[test.member_index[m]].name,
-          metrics.members[m].ToMap()));
+          run_.run.id, round, config_.members[test.member_index[m]].name, members[m]));
     }
   }
-  return metrics;
+  return score;
 }
 
 Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
@@ -593,7 +641,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   Journal& journal = *run_.journal;
   const int64_t run_id = run_.run.id;
   COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
-  COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics, ScoreEnsemble(round, t, results, !reconsider));
+  COHORT_ASSIGN_OR_RETURN(TestScore score, ScoreEnsemble(round, t, results, !reconsider));
   RoundOutcome outcome;
   if (reconsider) {
     outcome.timings = reconsidered_timings_;
@@ -603,18 +651,14 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
       outcome.timings.predict_s += r.done ? r.predict_seconds : 0;
     outcome.timings.idle_s = stats.idle_s;
   }
-  outcome.test.accuracy = metrics.ensemble.accuracy;
-  outcome.test.nll = metrics.ensemble.nll;
-  outcome.test.brier = metrics.ensemble.brier;
-  outcome.test.ece = metrics.ensemble.ece;
-  last_accuracy_ = metrics.ensemble.accuracy;
+  outcome.test = score.journal;
+  if (score.accuracy) last_accuracy_ = score.accuracy;
+  last_headline_ = score.headline;
 
-  StopDecision decision = DecideAfterRound(config_, StateOf(round, t), metrics.ensemble);
+  StopDecision decision = DecideAfterRound(config_, StateOf(round, t), score.ensemble);
   stop_reason_ = decision.reason;
-  std::string summary =
-      fmt::format("round {}: {}/{} members, test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", round,
-                  CountDone(results), config_.members.size(), metrics.ensemble.accuracy,
-                  metrics.ensemble.nll, metrics.ensemble.ece);
+  std::string summary = fmt::format("round {}: {}/{} members, {}", round, CountDone(results),
+                                    config_.members.size(), score.summary);
   if (decision.stops()) {
     if (!reconsider) {
       outcome.output_generation = generation;
@@ -710,6 +754,8 @@ Result<RunOutcome> Controller::RunRounds() {
   // The header keeps the last test accuracy the run measured, though the round resumed has none.
   for (const RoundRecord& r : rounds) {
     if (r.test.accuracy) last_accuracy_ = r.test.accuracy;
+    if (r.test.accuracy) last_headline_ = fmt::format("test accuracy {:.4f}", *r.test.accuracy);
+    if (r.test.rmse) last_headline_ = fmt::format("test rmse {:.4g}", *r.test.rmse);
     if (r.status == RoundStatus::kDone) round_seconds_.push_back(RoundWallSeconds(r.timings));
   }
   if (resume.last) {
@@ -759,8 +805,8 @@ Result<RunOutcome> Controller::RunRounds() {
     if (!more) {
       display_->Finish();
       COHORT_RETURN_IF_ERROR(StopRun(RunStatus::kFinished));
-      display_->Note(fmt::format("run {} finished: {}; generation {}, test accuracy {:.4f}",
-                                 config_.name, stop_reason_, next, last_accuracy_.value_or(0)));
+      display_->Note(fmt::format("run {} finished: {}; generation {}{}", config_.name, stop_reason_,
+                                 next, last_headline_.empty() ? "" : ", " + last_headline_));
       scheduler_->Shutdown(std::chrono::seconds(5));
       return RunOutcome::kFinished;
     }

@@ -67,7 +67,8 @@ class ControllerTest : public ::testing::Test {
   // One `cohort run` on a fresh fake host; `interrupts` at these virtual times.
   Result<RunOutcome> Run(std::vector<milliseconds> interrupts = {}) {
     FakeProcessHost host(FakeWorkerFactory(
-        worker_, [this](const launch::SpawnSpec& spec) -> std::unique_ptr<FakeProcessHost::Program> {
+        worker_,
+        [this](const launch::SpawnSpec& spec) -> std::unique_ptr<FakeProcessHost::Program> {
           if (spec.argv.at(0) != "oracle") return nullptr;
           return std::make_unique<FakeOracle>(&oracle_label_);
         }));
@@ -380,8 +381,8 @@ TEST_F(ControllerTest, AFinishedAttemptWhosePredictionsNoLongerPassIsTrainedAgai
   ASSERT_EQ(attempts.size(), 2u);
   EXPECT_EQ(attempts[0].status, AttemptStatus::kFailed);
   EXPECT_NE(attempts[0].exit.value_or("").find("its predictions failed the check when the run "
-                                                "resumed: predictions-test.npy: 7 classes where "
-                                                "the run has 3"),
+                                               "resumed: predictions-test.npy: 7 classes where "
+                                               "the run has 3"),
             std::string::npos)
       << attempts[0].exit.value_or("");
   EXPECT_EQ(attempts[1].status, AttemptStatus::kDone);

@@ -8,9 +8,11 @@
 
 #include "common/worker_protocol.h"
 #include "loop/acquisition.h"
+#include "loop/regression.h"
 #include "store/host_array.h"
 #include "store/npy.h"
 #include "store/schema.h"
+#include "store/snapshot.h"
 
 namespace cohort::loop {
 
@@ -43,6 +45,34 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   return values;
 }
 
+Result<std::vector<float>> ReadRegressionMemberPredictions(
+    const std::string& path, const std::string& name, uint64_t rows,
+    const std::vector<uint64_t>& target_shape, std::span<const uint64_t> ids,
+    const std::string& member) {
+  auto array = store::ReadNpyFile(path);
+  if (!array.ok()) return array.status();
+  std::vector<uint64_t> want{rows, 2};
+  want.insert(want.end(), target_shape.begin(), target_shape.end());
+  if (array->dtype != store::Dtype::kFloat32 || array->shape != want) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: expected float32 means and variances of shape {} (rows, 2, *target shape), got {} "
+        "{}",
+        name, store::DimsToString(want), store::DtypeName(array->dtype),
+        store::DimsToString(array->shape)));
+  }
+  std::vector<float> values(array->data.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), array->data.data(), array->data.size());
+  int64_t outputs = 1;
+  for (uint64_t d : target_shape) outputs *= static_cast<int64_t>(d);
+  auto view = MakeRegressionPredictions(values, 1, static_cast<int64_t>(rows), outputs);
+  std::vector<std::string> names;
+  if (!member.empty()) names.push_back(member);
+  if (ids.size() != rows) ids = {};
+  Status valid = view.ok() ? ValidateRegressionPredictions(*view, names, ids) : view.status();
+  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
+  return values;
+}
+
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
                                     const std::string& member) {
   int64_t classes = shape.classes;
@@ -52,18 +82,34 @@ std::string CheckAttemptPredictions(const std::string& dir, const PredictionShap
     if (is_pool && !pool) continue;
     std::string path = dir + "/" + std::string(name);
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
+    const uint64_t rows = is_pool ? shape.pool_rows : shape.test_rows;
+    const std::vector<uint64_t>& ids = is_pool ? shape.pool_ids : shape.test_ids;
     auto values =
-        ReadMemberPredictions(path, std::string(name), is_pool ? shape.pool_rows : shape.test_rows,
-                              classes, &classes, is_pool ? shape.pool_ids : shape.test_ids, member);
+        shape.task.regression
+            ? ReadRegressionMemberPredictions(path, std::string(name), rows,
+                                              shape.task.target_shape, ids, member)
+            : ReadMemberPredictions(path, std::string(name), rows, classes, &classes, ids, member);
     if (!values.ok()) return values.status().message();
   }
   return "";
 }
 
 Result<StackedPredictions> StackPredictions(
-    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows) {
+    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows,
+    const RunTask& task) {
   StackedPredictions s;
   s.samples = static_cast<int64_t>(rows);
+  if (task.regression) {
+    s.outputs = task.outputs();
+    for (const auto& [index, path] : members) {
+      COHORT_ASSIGN_OR_RETURN(std::vector<float> values,
+                              ReadRegressionMemberPredictions(path, path, rows, task.target_shape));
+      s.data.insert(s.data.end(), values.begin(), values.end());
+      s.members += 1;
+      s.member_index.push_back(index);
+    }
+    return s;
+  }
   for (const auto& [index, path] : members) {
     int64_t classes = 0;
     COHORT_ASSIGN_OR_RETURN(std::vector<float> values,
@@ -74,6 +120,24 @@ Result<StackedPredictions> StackPredictions(
     s.member_index.push_back(index);
   }
   return s;
+}
+
+int64_t RunTask::outputs() const {
+  int64_t n = 1;
+  for (uint64_t d : target_shape) n *= static_cast<int64_t>(d);
+  return n;
+}
+
+std::string RunTask::Describe() const {
+  if (!regression) return "classification run";
+  return "regression run (targets of shape " + store::DimsToString(target_shape) + ")";
+}
+
+RunTask RunTaskOf(const store::Table& train) {
+  RunTask task;
+  task.regression = train.schema().label_kind == store::LabelKind::kVector;
+  if (task.regression) task.target_shape = train.schema().label_shape;
+  return task;
 }
 
 }  // namespace cohort::loop

@@ -19,7 +19,23 @@
 
 #include "common/status.h"
 
+namespace cohort::store {
+class Table;
+}
+
 namespace cohort::loop {
+
+// What kind of run a store makes; the train table's labels decide. Class labels: a
+// classification run, whose members predict class probabilities. Float targets: a regression
+// run, whose members predict a mean and a variance per target component (a file of shape
+// (rows, 2, *target_shape)).
+struct RunTask {
+  bool regression = false;
+  std::vector<uint64_t> target_shape;  // regression: one target's shape
+  int64_t outputs() const;             // regression: components per target (>= 1)
+  std::string Describe() const;  // "classification run", "regression run (targets of shape [3])"
+};
+RunTask RunTaskOf(const store::Table& train);
 
 // Reads the predictions at `path` and checks them: float32, shape (rows, classes) with
 // classes >= 2, and equal to `expected_classes` when that is > 0; every row a probability
@@ -31,6 +47,14 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
                                                  std::span<const uint64_t> ids = {},
                                                  const std::string& member = "");
 
+// Reads a regression member's predictions at `path` and checks them: float32 of shape
+// (rows, 2, *target_shape), means finite, variances finite and >= 0
+// (ValidateRegressionPredictions).
+Result<std::vector<float>> ReadRegressionMemberPredictions(
+    const std::string& path, const std::string& name, uint64_t rows,
+    const std::vector<uint64_t>& target_shape, std::span<const uint64_t> ids = {},
+    const std::string& member = "");
+
 // What every member's prediction files must hold in a round.
 struct PredictionShape {
   uint64_t pool_rows = 0;
@@ -38,25 +62,31 @@ struct PredictionShape {
   int64_t classes = 0;  // the run's class count (RunClassCount); 0: only equal across files
   // The tables' sample ids, to name a bad row by (optional).
   std::vector<uint64_t> pool_ids, test_ids;
+  RunTask task;  // regression: the files hold means and variances, `classes` is unused
 };
 
 // Checks the prediction files of an attempt in `dir` (absolute): the test table's, and the
 // pool's when `pool`. "" when they are sound, else one line naming the file and the problem
 // ("exited 0 without writing predictions-pool.npy", "predictions-test.npy: 7 classes where
 // the run has 10", a shape, a row that is not a probability vector).
-std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape,
-                                    bool pool, const std::string& member = "");
+std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
+                                    const std::string& member = "");
 
-// The members' probabilities for one table, stacked [member][sample][class].
+// The members' predictions for one table, stacked: [member][sample][class] probabilities in a
+// classification run, [member][sample][mean, variance][output] in a regression run (the
+// layout RegressionPredictions views).
 struct StackedPredictions {
   std::vector<float> data;
   int64_t members = 0, samples = 0, classes = 0;
+  int64_t outputs = 0;               // regression: components per target; 0 in classification
   std::vector<size_t> member_index;  // config index of each stacked member
 };
 
 // Stacks the files of `members` (config index, absolute path), in that order; every member
-// must predict `rows` rows and the same number of classes as the first.
+// must predict `rows` rows, and the same number of classes as the first (classification) or
+// the task's target shape (regression).
 Result<StackedPredictions> StackPredictions(
-    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows);
+    const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows,
+    const RunTask& task = {});
 
 }  // namespace cohort::loop

@@ -308,6 +308,7 @@ Status Scheduler::StartScript(Slot& slot) {
                        .warm_start_from = a.task.warm_start_from,
                        .heartbeat_timeout = options_.heartbeat_timeout,
                        .classes = shape_.classes,
+                       .task = shape_.task,
                        .memory_limit_bytes = options_.memory_limit_bytes};
   COHORT_ASSIGN_OR_RETURN(launch::SpawnSpec spec, PrepareScriptAttempt(script));
   auto process = host_->Start(spec);

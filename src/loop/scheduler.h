@@ -185,7 +185,7 @@ class Scheduler {
   ProgressObserver* observer_;
   std::vector<std::unique_ptr<Slot>> slots_;
   int interrupts_ = 0;
-  int worker_logs_ = 0;          // worker processes started, for unique log names
+  int worker_logs_ = 0;  // worker processes started, for unique log names
   launch::Clock::time_point next_log_check_{};
   Status fatal_;                 // a journal write that failed inside a callback
   std::string kill_all_reason_;  // while KillAll runs: why every attempt ends

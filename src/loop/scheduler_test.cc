@@ -126,7 +126,7 @@ TEST_F(SchedulerTest, EveryMemberFinishesOnPersistentWorkers) {
     EXPECT_EQ(a.status, AttemptStatus::kDone) << name;
     EXPECT_EQ(a.exit.value_or(""), "done");
     EXPECT_EQ(a.node.value_or(""), "fake-node") << name;  // from the worker's hello
-    EXPECT_FALSE(a.gpus.has_value()) << name;  // CPU devices: no GPU
+    EXPECT_FALSE(a.gpus.has_value()) << name;             // CPU devices: no GPU
   }
   EXPECT_EQ(WorkersStarted(), 2u);  // one per device, reused by the third member
   // Start 0.3 s, then per member 2 s training and 2 x 0.2 s predicting: the device that ran
@@ -349,7 +349,8 @@ TEST_F(SchedulerTest, AWorkerLogPastItsCapIsRotated) {
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_LT(text.size(), 4096u);
-  EXPECT_NE(text.find("[cohort: this log passed 4096 bytes; its earlier part is in"), std::string::npos)
+  EXPECT_NE(text.find("[cohort: this log passed 4096 bytes; its earlier part is in"),
+            std::string::npos)
       << text;
   EXPECT_EQ(Attempts(1)["m0#1"].status, AttemptStatus::kDone);
 }

@@ -48,6 +48,15 @@ json SpecOf(const ScriptAttempt& a) {
 
 }  // namespace
 
+namespace {
+// "3,2" for targets of shape (3, 2); "" for a classification run.
+std::string TargetShapeText(const std::vector<uint64_t>& shape) {
+  std::string text;
+  for (uint64_t d : shape) text += (text.empty() ? "" : ",") + std::to_string(d);
+  return text;
+}
+}  // namespace
+
 Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
   std::error_code ec;
   fs::remove_all(a.out_dir, ec);
@@ -70,6 +79,8 @@ Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
       {"COHORT_POOL_TABLE", tables.pool},
       {"COHORT_TEST_TABLE", tables.test},
       {"COHORT_CLASSES", std::to_string(a.classes)},
+      {"COHORT_TASK", a.task.regression ? "regression" : "classification"},
+      {"COHORT_TARGET_SHAPE", TargetShapeText(a.task.target_shape)},
       {"COHORT_MEMBER", member.name},
       {"COHORT_MEMBER_INDEX", std::to_string(a.member_index)},
       {"COHORT_ROUND", std::to_string(a.round)},

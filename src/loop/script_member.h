@@ -15,6 +15,7 @@
 #include "launch/device.h"
 #include "launch/subprocess.h"
 #include "loop/config.h"
+#include "loop/predictions.h"
 
 namespace cohort::loop {
 
@@ -32,7 +33,8 @@ struct ScriptAttempt {
   std::string out_dir;  // absolute; made empty by PrepareScriptAttempt
   std::string warm_start_from;
   std::chrono::milliseconds heartbeat_timeout{0};
-  int64_t classes = 0;  // the run's class count (COHORT_CLASSES)
+  int64_t classes = 0;  // the run's class count (COHORT_CLASSES); 0 in a regression run
+  RunTask task;         // COHORT_TASK, COHORT_TARGET_SHAPE
   uint64_t memory_limit_bytes = 0;
 };
 

@@ -7,9 +7,9 @@
 
 namespace cohort::loop {
 
-bool TargetReached(const TargetMetric& target, const ClassificationMetrics& m) {
-  // The metrics by the names the config uses; one the loop does not compute is never reached.
-  const auto metrics = m.ToMap();
+bool TargetReached(const TargetMetric& target, const std::map<std::string, double>& metrics) {
+  // One the round did not compute (a regression metric in a classification run) is never
+  // reached; the config check refuses such targets before a run starts.
   auto it = metrics.find(target.metric);
   if (it == metrics.end() || target.metric == "count" || std::isnan(it->second)) return false;
   return target.higher_is_better ? it->second >= target.value : it->second <= target.value;
@@ -36,7 +36,7 @@ std::optional<int64_t> RoundsLeftAfter(const LoopConfig& config, const RoundStat
 }
 
 StopDecision DecideAfterRound(const LoopConfig& config, const RoundState& s,
-                              const ClassificationMetrics& ensemble) {
+                              const std::map<std::string, double>& ensemble) {
   const StopConfig& stop = config.stop;
   StopDecision d;
   if (stop.target && TargetReached(*stop.target, ensemble)) {

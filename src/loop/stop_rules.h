@@ -11,11 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "loop/config.h"
-#include "loop/ensemble_metrics.h"
 
 namespace cohort::loop {
 
@@ -37,15 +37,16 @@ struct StopDecision {
 // nullopt when only a target metric or nothing bounds the run.
 std::optional<int64_t> RoundsLeftAfter(const LoopConfig& config, const RoundState& s);
 
-// The decision after a round whose ensemble scored `ensemble` on the test table.
+// The decision after a round whose ensemble scored `ensemble` on the test table: its metrics
+// by name (ClassificationMetrics::ToMap, or RegressionMetrics::ToMap in a regression run).
 StopDecision DecideAfterRound(const LoopConfig& config, const RoundState& state,
-                              const ClassificationMetrics& ensemble);
+                              const std::map<std::string, double>& ensemble);
 
 // Whether the round is known to be the last before it trains (max_rounds, a spent budget, an
 // exhausted pool): its members then need not predict the pool.
 bool KnownLastRound(const LoopConfig& config, const RoundState& state);
 
-// Whether `metrics` meets the target (a metric the loop does not compute never does).
-bool TargetReached(const TargetMetric& target, const ClassificationMetrics& metrics);
+// Whether `metrics` meets the target (a metric the round did not compute never does).
+bool TargetReached(const TargetMetric& target, const std::map<std::string, double>& metrics);
 
 }  // namespace cohort::loop

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "loop/ensemble_metrics.h"
+
 namespace cohort::loop {
 namespace {
 
@@ -16,11 +18,11 @@ LoopConfig Config(std::optional<int64_t> rounds, std::optional<int64_t> budget,
   return c;
 }
 
-ClassificationMetrics Accuracy(double a) {
+std::map<std::string, double> Accuracy(double a) {
   ClassificationMetrics m;
   m.accuracy = a;
   m.nll = 1 - a;
-  return m;
+  return m.ToMap();
 }
 
 TEST(StopRulesTest, RulesAreCheckedInOrder) {
@@ -82,6 +84,21 @@ TEST(StopRulesTest, NothingLeftToAcquireEndsARunWithoutMaxRounds) {
 TEST(StopRulesTest, ATargetOnAMetricTheLoopDoesNotComputeIsNeverReached) {
   EXPECT_FALSE(TargetReached({"rmse", 1e9, false}, Accuracy(1.0)));
   EXPECT_TRUE(TargetReached({"ece", 0.1, false}, Accuracy(1.0)));
+  EXPECT_FALSE(TargetReached({"count", 0, false}, Accuracy(1.0)));
+}
+
+// A regression run's targets: lower is better, reached at or below the value.
+TEST(StopRulesTest, RegressionTargetsAreReachedFromAbove) {
+  const std::map<std::string, double> round{
+      {"count", 50}, {"rmse", 0.2}, {"mae", 0.15}, {"nll", -0.4}, {"calibration_error", 0.05}};
+  EXPECT_TRUE(TargetReached({"rmse", 0.2, false}, round));
+  EXPECT_FALSE(TargetReached({"rmse", 0.19, false}, round));
+  EXPECT_TRUE(TargetReached({"mae", 0.3, false}, round));
+  EXPECT_FALSE(TargetReached({"accuracy", 0.0, true}, round));
+  LoopConfig c = Config(10, std::nullopt, TargetMetric{"rmse", 0.25, false});
+  auto d = DecideAfterRound(c, {.round = 1, .labels_used = 10, .pool_size = 100}, round);
+  EXPECT_EQ(d.reason, "the ensemble's test rmse reached 0.25");
+  EXPECT_EQ(d.k, 0);
 }
 
 TEST(StopRulesTest, KnownLastRound) {
