@@ -56,8 +56,9 @@ def error_line(proc):
 
 class UpdateSteps(LoopCase):
     def env(self, mode="ok", **extra):
-        return dict(os.environ, UPDATE_MODE=mode, UPDATE_RUNS=os.path.join(self.dir, "runs.txt"),
-                    **extra)
+        env = dict(os.environ, UPDATE_MODE=mode, UPDATE_RUNS=os.path.join(self.dir, "runs.txt"))
+        env.update(extra)
+        return env
 
     def run_dir(self):
         return os.path.join(self.dir, "runs", "loop")
@@ -174,6 +175,58 @@ class UpdateSteps(LoopCase):
         rounds = rounds_of(self.run_dir())
         self.assertEqual(rounds[0]["output_generation"], input_generation + 1)
         self.assertEqual(rounds[0]["labels_total"], TRAIN - 1)
+
+    def acquire_then_command(self, d):
+        steps = ('[[update]]\nkind = "acquire"\n\n[[update]]\nkind = "command"\n'
+                 f'command = ["/usr/bin/python3", "{PROGRAM}"]\n')
+        return write_config(d, rounds=2, k=20, members=loop_test.MEMBERS[:1], devices=1,
+                            strategy="entropy", epochs=1, oracle=steps)
+
+    def picks_and_rounds(self, run_dir):
+        db = journal(run_dir)
+        picks = [tuple(r) for r in db.execute(
+            "SELECT round, rank, sample_id FROM acquisitions ORDER BY round, rank")]
+        db.close()
+        return picks, [(r["input_generation"], r["output_generation"], r["labels_total"])
+                       for r in rounds_of(run_dir)]
+
+    def test_an_acquire_step_then_a_command_step_and_sigkill_between_them(self):
+        ref = os.path.join(self.dir, "ref")
+        proc = self.run_loop(self.acquire_then_command(ref),
+                             env=self.env(UPDATE_RUNS=os.path.join(ref, "runs.txt")))
+        self.assertIn("step 1 (acquire): acquired 20 by entropy; step 2 (drop_and_add.py): "
+                      "train: 2 added, 3 removed", proc.stdout)
+        picks, rounds = self.picks_and_rounds(os.path.join(ref, "runs", "loop"))
+        self.assertEqual(len(picks), 20)
+        g = rounds[0][0]
+        # Round 0 commits twice: the picks (g + 1), then the program's change set (g + 2).
+        self.assertEqual(rounds[0], (g, g + 2, TRAIN + 20 - 1))
+        store = cohort_store.open(os.path.join(ref, "runs", "loop", "store"), generation=g + 1)
+        self.assertIn("20 samples by entropy", store.note)
+        # Killed right after the acquire step's commit, or after the command step's: the resume
+        # recognises what was committed, runs the program only if it had not committed (once in
+        # all: round 1 is the last and updates nothing), and
+        # ends exactly as the run never killed.
+        for point, program_runs in (("committed", 1), ("update-committed", 1)):
+            with self.subTest(point=point):
+                d = os.path.join(self.dir, point)
+                config = self.acquire_then_command(d)
+                runs = os.path.join(d, "runs.txt")
+                self.run_loop(config, expect=-signal.SIGKILL,
+                              env=self.env(UPDATE_RUNS=runs, COHORT_CRASH_AT=point))
+                self.run_loop(config, env=self.env(UPDATE_RUNS=runs))
+                self.assertEqual(self.picks_and_rounds(os.path.join(d, "runs", "loop")),
+                                 (picks, rounds))
+                self.assertEqual(len(runs_of(runs)), program_runs)
+
+    def test_an_acquire_step_after_a_command_step_is_refused(self):
+        steps = (f'[[update]]\nkind = "command"\ncommand = ["/usr/bin/python3", "{PROGRAM}"]\n'
+                 '\n[[update]]\nkind = "acquire"\n')
+        config = write_config(self.dir, rounds=2, members=loop_test.MEMBERS[:1], devices=1,
+                              strategy="entropy", epochs=1, oracle=steps)
+        proc = self.run_loop(config, expect=1, env=self.env())
+        self.assertIn("update: the acquire step must be the first [[update]] step", error_line(proc))
+        self.assertFalse(os.path.exists(os.path.join(self.run_dir(), "run.db")))
 
 
 def main():

@@ -113,12 +113,14 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
     return out;
   }
 
-  // Has this round's commit already happened (a controller killed right after it)?
+  // Has this round's commit already happened (a controller killed right after it)? The acquire
+  // step is a round's first, so its commit is the one right after the round's input; command
+  // steps after it may have committed more.
   COHORT_ASSIGN_OR_RETURN(auto history, store::ReadHistory(c.paths->store(), c.env));
   uint64_t current = history.back().generation;
-  if (current == generation + 1) {
-    COHORT_RETURN_IF_ERROR(CheckEarlierCommit(c, round, generation, current, picks.ids));
-    out.output_generation = current;
+  if (current >= generation + 1) {
+    COHORT_RETURN_IF_ERROR(CheckEarlierCommit(c, round, generation, generation + 1, picks.ids));
+    out.output_generation = generation + 1;
     MaybeCrash("committed");
     return out;
   }

@@ -187,9 +187,11 @@ class Controller {
                           .store_lock = store_lock_.get()};
   }
   // The [[update]] steps of a round that goes on, when they include a command step.
-  Result<bool> RunUpdateSteps(int64_t round, uint64_t generation,
-                              const std::vector<MemberResult>& results, const std::string& summary,
-                              RoundOutcome* outcome, uint64_t* next_generation);
+  // `k`: what an acquire step picks.
+  Result<bool> RunUpdateSteps(int64_t round, const store::Snapshot& round_snap,
+                              const std::vector<MemberResult>& results, int64_t k,
+                              const std::string& summary, RoundOutcome* outcome,
+                              uint64_t* next_generation);
   // What the round's ensemble scored on the test table; journals each member's metrics when
   // `record_members`.
   Result<TestScore> ScoreEnsemble(int64_t round, const Tables& t,
@@ -230,16 +232,15 @@ Status Controller::LoadConfig() {
   // Read once: the text parsed is the text the run keeps.
   COHORT_ASSIGN_OR_RETURN(config_text_, ReadLoopConfigText(options_.config_path));
   COHORT_ASSIGN_OR_RETURN(config_, ParseLoopConfig(config_text_, options_.config_path));
-  if (HasCommandSteps(config_)) {
-    for (const UpdateStepConfig& u : config_.updates) {
-      // The acquire step picks pool rows by the predictions of the round's generation; after a
-      // command step that changed the pool those rows would be others. Not wired yet.
-      if (u.kind == UpdateStepConfig::Kind::kAcquire) {
-        return Status::InvalidArgument(fmt::format(
-            "{}:{}: update: an acquire step together with command steps is not supported yet; "
-            "use command steps only, or no [[update]] (acquisition alone)",
-            config_.path, u.line));
-      }
+  for (size_t i = 1; i < config_.updates.size(); ++i) {
+    // The acquire step picks pool rows by the members' predictions of the round's generation;
+    // after a command step that changed the pool, those rows would be other samples.
+    const UpdateStepConfig& u = config_.updates[i];
+    if (u.kind == UpdateStepConfig::Kind::kAcquire) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: update: the acquire step must be the first [[update]] step (it picks pool "
+          "rows by the round's predictions, which a step before it could move)",
+          config_.path, u.line));
     }
   }
   cpus_ = CpuCount();
@@ -673,7 +674,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   std::vector<MemberResult> with_pool = results;
   if (decision.k > 0) COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
   if (HasCommandSteps(config_)) {
-    return RunUpdateSteps(round, generation, with_pool, summary, &outcome, next_generation);
+    return RunUpdateSteps(round, *t.snap, with_pool, decision.k, summary, &outcome,
+                          next_generation);
   }
   AcquireContext context = CommitContext();
   COHORT_ASSIGN_OR_RETURN(
@@ -692,27 +694,39 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   return true;
 }
 
-Result<bool> Controller::RunUpdateSteps(int64_t round, uint64_t generation,
-                                        const std::vector<MemberResult>& results,
+Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& round_snap,
+                                        const std::vector<MemberResult>& results, int64_t k,
                                         const std::string& summary, RoundOutcome* outcome,
                                         uint64_t* next_generation) {
   Journal& journal = *run_.journal;
   const int64_t run_id = run_.run.id;
+  const uint64_t generation = round_snap.generation();
   AcquireContext context = CommitContext();
-  COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
-  auto t0 = std::chrono::steady_clock::now();
   uint64_t current = generation;
   std::string said;
   for (size_t i = 0; i < config_.updates.size(); ++i) {
+    if (config_.updates[i].kind == UpdateStepConfig::Kind::kAcquire) {
+      // Always the first step (LoadConfig): it picks by the round's own predictions.
+      COHORT_ASSIGN_OR_RETURN(
+          AcquireResult acquired,
+          AcquireAndCommit(context, round, round_snap, results, k, &outcome->timings));
+      for (const std::string& note : acquired.notes) display_->Note("warning: " + note);
+      said += fmt::format("; step {} ({}): acquired {} by {}", i + 1, config_.updates[i].name,
+                          acquired.acquired, config_.acquisition.strategy);
+      current = acquired.output_generation;
+      continue;
+    }
+    COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
+    auto t0 = std::chrono::steady_clock::now();
     COHORT_ASSIGN_OR_RETURN(UpdateStepResult step,
                             RunCommandStep(context, round, i, generation, current, results));
     for (const std::string& note : step.notes) display_->Note("warning: " + note);
     said += fmt::format("; step {} ({}): {}{}", i + 1, config_.updates[i].name, step.summary,
                         step.resumed ? " (committed before the restart)" : "");
     current = step.output_generation;
+    outcome->timings.commit_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  outcome->timings.commit_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   COHORT_ASSIGN_OR_RETURN(Tables out, OpenTables(current));
   outcome->output_generation = current;
   outcome->labels_total = static_cast<int64_t>(out.train->size());
