@@ -8,6 +8,7 @@ Run by ctest as: /usr/bin/python3 tests/loop_test.py COHORT_BINARY SCRATCH_DIR
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -462,7 +463,11 @@ class JournalCare(LoopCase):
         dump = subprocess.run(["sqlite3", damaged, ".dump"], capture_output=True,
                               check=True).stdout
         subprocess.run(["sqlite3", path], input=dump, capture_output=True)
-        subprocess.run(["sqlite3", path, "PRAGMA user_version = 3"], check=True)
+        # The version the document says to set, so the two cannot drift apart.
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
+                               "journal.md")) as f:
+            version = re.search(r"PRAGMA user_version = (\d+)'", f.read()).group(1)
+        subprocess.run(["sqlite3", path, f"PRAGMA user_version = {version}"], check=True)
         after = self.status(run_dir)
         self.assertEqual(after["status"], "finished")
         self.assertEqual(len(after["rounds"]), len(before["rounds"]))

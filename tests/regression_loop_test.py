@@ -163,6 +163,11 @@ class RegressionLoop(LoopCase):
             self.assertGreater(scores[-1], 0)
         status = cohort("status", run_dir).stdout
         self.assertIn("finished", status)
+        self.assertIn("rmse", status)
+        self.assertIn(f"{rounds[-1]['test_rmse']:.4f}", status)
+        status = self.status(run_dir)
+        self.assertEqual(status["rounds"][-1]["test_rmse"], rounds[-1]["test_rmse"])
+        self.assertIsNone(status["rounds"][-1]["test_accuracy"])
         self.assertIn("ok", cohort("data", "verify", os.path.join(run_dir, "store")).stdout)
 
     def test_a_band_keeps_picks_inside_it(self):

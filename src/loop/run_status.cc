@@ -69,6 +69,9 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
     jr["test_nll"] = Optional(r.test.nll);
     jr["test_brier"] = Optional(r.test.brier);
     jr["test_ece"] = Optional(r.test.ece);
+    jr["test_rmse"] = Optional(r.test.rmse);
+    jr["test_mae"] = Optional(r.test.mae);
+    jr["test_calibration"] = Optional(r.test.calibration_error);
     jr["started_at"] = r.started_at;
     jr["ended_at"] = r.ended_at ? json(*r.ended_at) : json(nullptr);
     jr["error"] = r.error ? json(*r.error) : json(nullptr);
@@ -114,14 +117,19 @@ std::string RunStatusText(const json& s) {
                      s["run_dir"].get<std::string>(),
                      s["store_generation"].is_number() ? s["store_generation"].dump() : "?",
                      s["source_store"].get<std::string>(), s["source_generation"].dump());
+  // A regression run's rounds have an RMSE where a classification run's have an accuracy.
+  bool regression = false;
+  for (const json& r : s["rounds"]) regression = regression || r["test_rmse"].is_number();
+  const char* headline = regression ? "test_rmse" : "test_accuracy";
   out += fmt::format("\n  {:>5} {:>6} {:>7} {:>7} {:>11} {:>9} {:>8} {:>8}\n", "round", "gen_in",
-                     "gen_out", "labels", "status", "accuracy", "nll", "train_s");
+                     "gen_out", "labels", "status", regression ? "rmse" : "accuracy", "nll",
+                     "train_s");
   for (const json& r : s["rounds"]) {
     out += fmt::format("  {:>5} {:>6} {:>7} {:>7} {:>11} {:>9} {:>8} {:>8}\n",
                        r["round"].get<int64_t>(), r["input_generation"].dump(),
                        r["output_generation"].is_null() ? "-" : r["output_generation"].dump(),
                        r["labels"].is_null() ? "-" : r["labels"].dump(),
-                       r["status"].get<std::string>(), Num(r["test_accuracy"], "{:.4f}"),
+                       r["status"].get<std::string>(), Num(r[headline], "{:.4f}"),
                        Num(r["test_nll"], "{:.4f}"),
                        r.contains("timings") ? Num(r["timings"]["train_s"], "{:.1f}") : "-");
   }
@@ -131,6 +139,9 @@ std::string RunStatusText(const json& s) {
     for (const json& m : last["members"]) {
       std::string line = fmt::format("    {:<20} {:<8} attempts {}", m["name"].get<std::string>(),
                                      m["status"].get<std::string>(), m["attempts"].get<int>());
+      if (m["test"].is_object() && m["test"].contains("rmse")) {
+        line += " rmse " + Num(m["test"]["rmse"], "{:.4f}");
+      }
       if (m["test"].is_object() && m["test"].contains("accuracy")) {
         line += " accuracy " + Num(m["test"]["accuracy"], "{:.4f}");
       }
