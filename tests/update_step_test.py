@@ -11,6 +11,8 @@ import signal
 import sys
 import unittest
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_test  # noqa: E402  (the shared store and config helpers)
 from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
@@ -227,6 +229,74 @@ class UpdateSteps(LoopCase):
         proc = self.run_loop(config, expect=1, env=self.env())
         self.assertIn("update: the acquire step must be the first [[update]] step", error_line(proc))
         self.assertFalse(os.path.exists(os.path.join(self.run_dir(), "run.db")))
+
+    def pseudo_label_config(self, d):
+        steps = ('[[update]]\nkind = "acquire"\n\n[[update]]\nkind = "pseudo_label"\n'
+                 'threshold = 0.8\nagreement = true\nmax_per_round = 30\nmax_per_class = 5\n')
+        return write_config(d, rounds=2, k=20, members=loop_test.MEMBERS[:2], devices=2,
+                            strategy="entropy", epochs=6, oracle=steps)
+
+    def test_pseudo_label_moves_confident_pool_samples_with_the_ensemble_class(self):
+        ref = os.path.join(self.dir, "ref")
+        proc = self.run_loop(self.pseudo_label_config(ref), env=self.env())
+        self.assertIn("step 2 (pseudo_label): ", proc.stdout)
+        run_dir = os.path.join(ref, "runs", "loop")
+        rounds = rounds_of(run_dir)
+        g = rounds[0]["input_generation"]
+        self.assertEqual(rounds[0]["output_generation"], g + 2)
+        before = cohort_store.open(os.path.join(run_dir, "store"), generation=g + 1)
+        after = cohort_store.open(os.path.join(run_dir, "store"), generation=g + 2)
+        self.assertIn("update step 2 (pseudo_label): pool: ", after.note)
+        moved = sorted(set(after.table("train").ids.tolist()) -
+                       set(before.table("train").ids.tolist()))
+        self.assertTrue(0 < len(moved) <= 30, len(moved))
+        # What the members predicted for the pool of the round's generation, recomputed here.
+        db = journal(run_dir)
+        files = [r[0] for r in db.execute(
+            "SELECT json_extract(predictions_json, '$.pool') FROM attempts WHERE round = 0 "
+            "AND status = 'done' ORDER BY member")]
+        picked = {r[0] for r in db.execute("SELECT sample_id FROM acquisitions WHERE round = 0")}
+        db.close()
+        probs = np.stack([np.load(os.path.join(run_dir, f)) for f in files])
+        pool_ids = cohort_store.open(os.path.join(run_dir, "store"), generation=g).table(
+            "pool").ids.tolist()
+        mean = probs.mean(axis=0)
+        train = after.table("train")
+        label_of = dict(zip(train.ids.tolist(), np.asarray(train.labels).tolist()))
+        per_class = {}
+        for sample_id in moved:
+            row = pool_ids.index(sample_id)
+            cls = int(mean[row].argmax())
+            self.assertGreaterEqual(mean[row].max(), 0.8 - 1e-6)
+            self.assertTrue(all(int(p[row].argmax()) == cls for p in probs))
+            self.assertEqual(label_of[sample_id], cls)
+            self.assertNotIn(sample_id, picked)
+            per_class[cls] = per_class.get(cls, 0) + 1
+        self.assertLessEqual(max(per_class.values()), 5)
+        # Killed right after the step's commit, the run resumes to the same store.
+        d = os.path.join(self.dir, "killed")
+        config = self.pseudo_label_config(d)
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=self.env(COHORT_CRASH_AT="update-committed"))
+        self.run_loop(config, env=self.env())
+        got = cohort_store.open(os.path.join(d, "runs", "loop", "store"), generation=g + 2)
+        self.assertEqual(got.table("train").ids.tolist(), train.ids.tolist())
+        self.assertEqual(np.asarray(got.table("train").labels).tolist(),
+                         np.asarray(train.labels).tolist())
+
+    def test_pseudo_label_settings_are_checked(self):
+        for step, message in [
+                ('kind = "pseudo_label"\n', "update[1].threshold: missing"),
+                ('kind = "pseudo_label"\nthreshold = 1.5\n', "update[1].threshold: must be in"),
+                ('kind = "command"\ncommand = ["x"]\nthreshold = 0.9\n',
+                 "update[1].threshold: only for kind = \"pseudo_label\""),
+                ('kind = "pseudo_label"\nthreshold = 0.9\nmax_per_class = -1\n',
+                 "update[1].max_per_class")]:
+            with self.subTest(step=step):
+                config = write_config(self.dir, oracle="[[update]]\n" + step)
+                proc = cohort("run", config, check=False)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertIn(message, error_line(proc))
 
 
 def main():

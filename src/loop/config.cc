@@ -814,7 +814,7 @@ void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracl
 // A step without a name is called by its program, or by the script an interpreter runs
 // (["python3", "fix.py"] is "fix.py"), since "python3" would name every such step alike.
 std::string DefaultStepName(const UpdateStepConfig& step) {
-  if (step.kind == UpdateStepConfig::Kind::kAcquire) return "acquire";
+  if (step.kind != UpdateStepConfig::Kind::kCommand) return UpdateKindName(step.kind);
   const std::vector<std::string>& argv = step.command;
   std::string program = fs::path(argv.front()).filename().string();
   for (const char* interpreter : {"python", "bash", "sh", "Rscript", "node", "perl", "ruby"}) {
@@ -834,18 +834,28 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
   }
   UpdateStepConfig step;
   step.line = LineOf(t);
-  Reader u(e, &t, prefix, step.line, {"kind", "name", "command", "timeout_s"});
+  Reader u(e, &t, prefix, step.line,
+           {"kind", "name", "command", "timeout_s", "threshold", "agreement", "max_per_round",
+            "max_per_class"});
   std::string kind;
   if (!u.String("kind", &kind)) {
-    if (u.ok()) u.Missing("kind", "one of acquire, command");
+    if (u.ok()) u.Missing("kind", "one of acquire, command, pseudo_label");
     return false;
   }
-  const std::vector<std::string> kinds = {"acquire", "command"};
-  if (kind == "acquire") {
-    step.kind = UpdateStepConfig::Kind::kAcquire;
+  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label"};
+  if (kind != "command") {
     for (const char* key : {"command", "timeout_s"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"command\"");
     }
+  }
+  if (kind != "pseudo_label") {
+    for (const char* key : {"threshold", "agreement", "max_per_round", "max_per_class"}) {
+      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"pseudo_label\"");
+    }
+  }
+  if (!u.ok()) return false;
+  if (kind == "acquire") {
+    step.kind = UpdateStepConfig::Kind::kAcquire;
     for (const auto& other : c->updates) {
       if (other.kind == UpdateStepConfig::Kind::kAcquire) {
         u.Fail("kind", "a run has at most one acquire step (the other is at line " +
@@ -864,6 +874,16 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
         !(step.timeout_s >= 0 && step.timeout_s <= kMaxSeconds)) {
       u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
     }
+  } else if (kind == "pseudo_label") {
+    step.kind = UpdateStepConfig::Kind::kPseudoLabel;
+    if (!u.Number("threshold", &step.threshold)) {
+      if (u.ok()) u.Missing("threshold", "the ensemble confidence a pool sample needs, in (0, 1]");
+    } else if (!(step.threshold > 0 && step.threshold <= 1)) {
+      u.Fail("threshold", "must be in (0, 1]: the ensemble's mean probability of its class");
+    }
+    u.Bool("agreement", &step.agreement);
+    u.Int("max_per_round", &step.max_per_round, 0);
+    u.Int("max_per_class", &step.max_per_class, 0);
   } else {
     std::string suggestion = ClosestName(kind, kinds);
     u.Fail("kind", "unknown update step '" + kind + "'" +
@@ -1055,7 +1075,15 @@ const char* OracleKindName(OracleConfig::Kind kind) {
 }
 
 const char* UpdateKindName(UpdateStepConfig::Kind kind) {
-  return kind == UpdateStepConfig::Kind::kCommand ? "command" : "acquire";
+  switch (kind) {
+    case UpdateStepConfig::Kind::kCommand:
+      return "command";
+    case UpdateStepConfig::Kind::kPseudoLabel:
+      return "pseudo_label";
+    case UpdateStepConfig::Kind::kAcquire:
+      break;
+  }
+  return "acquire";
 }
 
 namespace {
@@ -1224,6 +1252,12 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
       if (u.kind == UpdateStepConfig::Kind::kCommand) {
         step["command"] = u.command;
         if (u.timeout_s > 0) step["timeout_s"] = u.timeout_s;
+      }
+      if (u.kind == UpdateStepConfig::Kind::kPseudoLabel) {
+        step["threshold"] = u.threshold;
+        step["agreement"] = u.agreement;
+        step["max_per_round"] = u.max_per_round;
+        step["max_per_class"] = u.max_per_class;
       }
       updates.push_back(std::move(step));
     }

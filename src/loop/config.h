@@ -82,12 +82,20 @@ const char* OracleKindName(OracleConfig::Kind kind);
 // members are scored (docs/updates.md). Without any [[update]] table a run has one `acquire`
 // step: today's strategy + oracle, configured by [acquisition] and [oracle].
 struct UpdateStepConfig {
-  enum class Kind { kAcquire, kCommand };
+  enum class Kind { kAcquire, kCommand, kPseudoLabel };
   Kind kind = Kind::kAcquire;
-  std::string name;                  // for messages; default "acquire" or the program's name
+  std::string name;                  // for messages; default the kind, or the program's name
   std::vector<std::string> command;  // argv, kCommand only; resolved like the oracle's
   double timeout_s = 0;              // kCommand: killed past this, failing the round; 0: none
-  int line = 0;                      // the [[update]] header's line
+  // kPseudoLabel (self-training, pseudo_label.h): pool samples whose ensemble confidence is at
+  // least `threshold` (and, with `agreement`, every member's vote is the ensemble's class) move
+  // to train with the ensemble's class, the most confident first, at most `max_per_round` in
+  // all and `max_per_class` per class (0: no cap).
+  double threshold = 0;
+  bool agreement = false;
+  int64_t max_per_round = 0;
+  int64_t max_per_class = 0;
+  int line = 0;  // the [[update]] header's line
 };
 const char* UpdateKindName(UpdateStepConfig::Kind kind);
 

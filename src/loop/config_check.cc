@@ -48,6 +48,14 @@ Status CheckStrategyAndTargetFit(const LoopConfig& config, const RunTask& task) 
         "one of {}",
         config.path, strategy, task.Describe(), config.store.train, names));
   }
+  for (const UpdateStepConfig& u : config.updates) {
+    if (u.kind == UpdateStepConfig::Kind::kPseudoLabel && task.regression) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: update: pseudo_label gives pool samples the ensemble's class, and a {} has "
+          "no classes",
+          config.path, u.line, task.Describe()));
+    }
+  }
   if (config.stop.target) {
     static const std::vector<std::string> kClassification{"accuracy", "nll", "brier", "ece"};
     static const std::vector<std::string> kRegression{"rmse", "mae", "nll", "calibration_error"};

@@ -39,11 +39,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Whether the round's update steps include a command step. Without one, the round acquires
-// exactly as it always has (the default single acquire step).
+// Whether the round's update steps include one other than acquire (a command, a built-in).
+// Without one, the round acquires exactly as it always has (the default single acquire step).
 bool HasCommandSteps(const LoopConfig& config) {
   return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
-    return u.kind == UpdateStepConfig::Kind::kCommand;
+    return u.kind != UpdateStepConfig::Kind::kAcquire;
+  });
+}
+
+// Whether a step reads the members' pool predictions even when the round acquires nothing.
+bool StepsReadThePool(const LoopConfig& config) {
+  return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+    return u.kind == UpdateStepConfig::Kind::kPseudoLabel;
   });
 }
 
@@ -672,7 +679,9 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   }
 
   std::vector<MemberResult> with_pool = results;
-  if (decision.k > 0) COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
+  if (decision.k > 0 || StepsReadThePool(config_)) {
+    COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
+  }
   if (HasCommandSteps(config_)) {
     return RunUpdateSteps(round, *t.snap, with_pool, decision.k, summary, &outcome,
                           next_generation);

@@ -3,11 +3,17 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <system_error>
 
 #include "loop/crash_point.h"
+#include "loop/predictions.h"
+#include "loop/pseudo_label.h"
+#include "store/import.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 #include "store/transaction.h"
@@ -42,6 +48,72 @@ json PredictionsJson(const AcquireContext& c, int64_t round, uint64_t round_gene
           {"members", members}};
 }
 
+Status WriteText(const std::string& path, const std::string& text);
+
+// "command fix.py", or "pseudo_label" for a built-in step under its default name.
+std::string DescribeStep(const UpdateStepConfig& step) {
+  const std::string kind = UpdateKindName(step.kind);
+  return step.name == kind ? kind : kind + " " + step.name;
+}
+
+// The pseudo_label step's change set, written into `changes_dir` as a program would write it:
+// the qualifying pool samples (pseudo_label.h) move to train with the ensemble's classes. The
+// members predicted the pool of `round_snap`; samples an earlier step of the round took out of
+// the pool (`input_snap`) are passed over. Returns how many it picked.
+Result<size_t> WritePseudoLabels(const AcquireContext& c, const UpdateStepConfig& step,
+                                 const store::Snapshot& round_snap,
+                                 const store::Snapshot& input_snap,
+                                 const std::vector<MemberResult>& results,
+                                 const std::string& changes_dir) {
+  const StoreConfig& tables = c.config->store;
+  COHORT_ASSIGN_OR_RETURN(const store::Table* pool, round_snap.table(tables.pool));
+  std::vector<std::pair<size_t, std::string>> files;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].done) continue;
+    if (results[i].predictions_pool.empty()) {
+      return Status::InvalidArgument(c.config->members[i].name +
+                                     " did not predict the pool this round");
+    }
+    files.emplace_back(i, c.paths->Absolute(results[i].predictions_pool));
+  }
+  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool->size()));
+  COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
+                                                             stacked.samples, stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* pool_now, input_snap.table(tables.pool));
+  const std::vector<uint64_t> now = pool_now->Ids();
+  const std::set<uint64_t> still_in_pool(now.begin(), now.end());
+  std::vector<bool> eligible(pool->size());
+  for (uint64_t row = 0; row < pool->size(); ++row) {
+    eligible[row] = still_in_pool.count(pool->id(row)) > 0;
+  }
+  const PseudoLabelRule rule{.threshold = step.threshold,
+                             .agreement = step.agreement,
+                             .max_per_round = step.max_per_round,
+                             .max_per_class = step.max_per_class};
+  COHORT_ASSIGN_OR_RETURN(auto picks, SelectPseudoLabels(view, rule, &eligible));
+  std::vector<uint64_t> ids;
+  std::vector<int64_t> labels;
+  for (const PseudoLabel& p : picks) {
+    ids.push_back(pool->id(static_cast<uint64_t>(p.sample)));
+    labels.push_back(p.label);
+  }
+  json changes = json::object();
+  if (!ids.empty()) {
+    store::HostArray id_array(store::Dtype::kUint64, {ids.size()});
+    std::memcpy(id_array.data.data(), ids.data(), ids.size() * sizeof(uint64_t));
+    store::HostArray label_array(store::Dtype::kInt64, {labels.size()});
+    std::memcpy(label_array.data.data(), labels.data(), labels.size() * sizeof(int64_t));
+    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(changes_dir + "/ids.npy", id_array));
+    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(changes_dir + "/labels.npy", label_array));
+    changes["move"] = json::array({{{"from", tables.pool},
+                                    {"to", tables.train},
+                                    {"ids", "ids.npy"},
+                                    {"labels", "labels.npy"}}});
+  }
+  COHORT_RETURN_IF_ERROR(WriteText(changes_dir + "/changes.json", changes.dump(1) + "\n"));
+  return ids.size();
+}
+
 Status WriteText(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
   {
@@ -58,8 +130,8 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 std::string UpdateStepNotePrefix(const LoopConfig& config, int64_t round, size_t step_index) {
   const UpdateStepConfig& step = config.updates[step_index];
-  return fmt::format("cohort run {} round {}: update step {} ({} {}):", config.name, round,
-                     step_index + 1, UpdateKindName(step.kind), step.name);
+  return fmt::format("cohort run {} round {}: update step {} ({}):", config.name, round,
+                     step_index + 1, DescribeStep(step));
 }
 
 std::string DescribeChangeCounts(const ChangeCounts& counts) {
@@ -78,12 +150,44 @@ std::string DescribeChangeCounts(const ChangeCounts& counts) {
   return out.empty() ? "no changes" : out;
 }
 
+namespace {
+
+// Reads the change set in `changes_dir` against `input_generation`, applies it and commits
+// one generation noted `note_prefix` and its counts (an empty change set commits nothing).
+Result<UpdateStepResult> CommitChangeSet(const AcquireContext& c, const std::string& what,
+                                         const std::string& note_prefix,
+                                         const std::string& changes_dir, uint64_t input_generation,
+                                         UpdateStepResult out) {
+  COHORT_ASSIGN_OR_RETURN(auto snap,
+                          store::Snapshot::Open(c.paths->store(), input_generation, c.env));
+  auto changes = ReadChangeSet(changes_dir, *snap, c.classes);
+  if (!changes.ok()) return changes.status().WithContext(what);
+  if (changes->empty()) {
+    out.summary = "no changes";
+    return out;
+  }
+  COHORT_ASSIGN_OR_RETURN(
+      auto txn, c.store_lock != nullptr
+                    ? store::Transaction::BeginHeld(c.paths->store(), *c.store_lock, c.env)
+                    : store::Transaction::Begin(c.paths->store(), c.env));
+  out.notes = txn->notes();
+  auto counts = ApplyChangeSet(*changes, txn.get());
+  if (!counts.ok()) return counts.status().WithContext(what);
+  out.summary = DescribeChangeCounts(*counts);
+  COHORT_ASSIGN_OR_RETURN(out.output_generation, txn->Commit(note_prefix + " " + out.summary));
+  out.committed = true;
+  MaybeCrash("update-committed");
+  return out;
+}
+
+}  // namespace
+
 Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, size_t step_index,
                                         uint64_t round_generation, uint64_t input_generation,
                                         const std::vector<MemberResult>& results) {
   const LoopConfig& config = *c.config;
   const UpdateStepConfig& step = config.updates[step_index];
-  const std::string what = fmt::format("update step {} (command {})", step_index + 1, step.name);
+  const std::string what = fmt::format("update step {} ({})", step_index + 1, DescribeStep(step));
   const std::string note_prefix = UpdateStepNotePrefix(config, round, step_index);
   UpdateStepResult out;
   out.output_generation = input_generation;
@@ -119,6 +223,16 @@ Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, 
   COHORT_RETURN_IF_ERROR(WriteText(
       predictions_path, PredictionsJson(c, round, round_generation, results).dump(2) + "\n"));
 
+  if (step.kind == UpdateStepConfig::Kind::kPseudoLabel) {
+    COHORT_ASSIGN_OR_RETURN(auto round_snap,
+                            store::Snapshot::Open(c.paths->store(), round_generation, c.env));
+    COHORT_ASSIGN_OR_RETURN(auto input_snap,
+                            store::Snapshot::Open(c.paths->store(), input_generation, c.env));
+    auto written = WritePseudoLabels(c, step, *round_snap, *input_snap, results, changes_dir);
+    if (!written.ok()) return written.status().WithContext(what);
+    return CommitChangeSet(c, what, note_prefix, changes_dir, input_generation, out);
+  }
+
   launch::SpawnSpec spec;
   spec.argv = step.command;
   spec.cwd = fs::path(config.path).parent_path().string();
@@ -146,27 +260,7 @@ Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, 
         "{}: {} {} (its log: {})", what, step.command.front(), exit->ToString(), spec.stderr_path));
   }
   MaybeCrash("update-ran");
-
-  COHORT_ASSIGN_OR_RETURN(auto snap,
-                          store::Snapshot::Open(c.paths->store(), input_generation, c.env));
-  auto changes = ReadChangeSet(changes_dir, *snap, c.classes);
-  if (!changes.ok()) return changes.status().WithContext(what);
-  if (changes->empty()) {
-    out.summary = "no changes";
-    return out;
-  }
-  COHORT_ASSIGN_OR_RETURN(
-      auto txn, c.store_lock != nullptr
-                    ? store::Transaction::BeginHeld(c.paths->store(), *c.store_lock, c.env)
-                    : store::Transaction::Begin(c.paths->store(), c.env));
-  out.notes = txn->notes();
-  auto counts = ApplyChangeSet(*changes, txn.get());
-  if (!counts.ok()) return counts.status().WithContext(what);
-  out.summary = DescribeChangeCounts(*counts);
-  COHORT_ASSIGN_OR_RETURN(out.output_generation, txn->Commit(note_prefix + " " + out.summary));
-  out.committed = true;
-  MaybeCrash("update-committed");
-  return out;
+  return CommitChangeSet(c, what, note_prefix, changes_dir, input_generation, out);
 }
 
 }  // namespace cohort::loop
