@@ -14,6 +14,14 @@
     out["member_probabilities"]  # (members, n, classes)
     ens.predict(x, backend="torch")              # the same through torch.nn modules
 
+A regression ensemble (ens.task == "regression", targets of shape ens.target_shape) predicts
+instead, each float64 of shape (n, *target_shape):
+    out["mean"]        # mean over members of their means
+    out["aleatoric"]   # mean over members of their variances (the noise they predict)
+    out["epistemic"]   # population variance over members of their means (their disagreement)
+    out["total"]       # aleatoric + epistemic: the variance of the members' mixture
+    out["member_means"], out["member_variances"]  # (members, n, *target_shape) float32
+
 The numbers are those of `cohort predict RUN_DIR` (to float32 rounding). As a program:
     python3 cohort_ensemble.py DIR X.npy [-o predictions.npz]
 
@@ -37,6 +45,12 @@ def _sigmoid(x):
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _softplus(x):
+    """torch's softplus (beta 1, threshold 20): the identity above 20, where it is exact in
+    float32 and exp would overflow soon after."""
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
 
 
 def _softmax(z):
@@ -73,6 +87,7 @@ class Member:
         self.name = self.meta["member"]
         self.input_shape = tuple(self.meta["input_shape"])
         self.classification = self.meta["task"] == "classification"
+        self.target_shape = tuple(self.meta["target_shape"])
         self._arrays = {}
 
     def _array(self, name):
@@ -148,6 +163,35 @@ class Member:
         if not self.classification:
             raise ValueError(f"member {self.name} is a regression member: use outputs()")
         return _softmax(self.outputs(x)).astype(np.float32)
+
+    def _moments(self, raw):
+        """A regression member's (mean, variance), each (n, *target_shape), from its raw
+        outputs, as `cohort-member predict` makes them: a gaussian_nll member's last layer
+        holds the means, then the variances before softplus (plus 1e-6); an mse member's holds
+        the means, and its variance is the residual variance of its training data."""
+        if self.classification:
+            raise ValueError(f"member {self.name} is a classification member: use "
+                             "predict_proba()")
+        raw = np.asarray(raw, dtype=np.float64)
+        n, size = raw.shape[0], int(np.prod(self.target_shape, dtype=np.int64))
+        if self.meta["loss"] == "gaussian_nll":
+            mean, variance = raw[:, :size], _softplus(raw[:, size:2 * size]) + 1e-6
+        else:
+            mean = raw
+            variance = np.broadcast_to(np.asarray(self.meta["residual_variance"]), raw.shape)
+        shape = (n,) + self.target_shape
+        return mean.reshape(shape), np.array(variance).reshape(shape)
+
+    def predict_moments(self, x):
+        """A regression member's predictive mean and variance, each (n, *target_shape), with
+        numpy."""
+        return self._moments(self.outputs(x))
+
+    def predict_moments_torch(self, x, module=None):
+        import torch
+        module = module or self.to_torch()
+        with torch.no_grad():
+            return self._moments(module(self.preprocess_torch(x)).numpy())
 
     def to_torch(self):
         """The member as a torch.nn.Module (eval mode) mapping preprocessed float32 input
@@ -263,6 +307,24 @@ def uncertainty(member_probabilities):
     }
 
 
+def regression_uncertainty(member_means, member_variances):
+    """A regression ensemble's numbers from its members' means and variances (members, n,
+    *target_shape), as `cohort predict RUN_DIR` computes them."""
+    mu = np.asarray(member_means, dtype=np.float64)
+    var = np.asarray(member_variances, dtype=np.float64)
+    mean = mu.mean(axis=0)
+    aleatoric = var.mean(axis=0)
+    epistemic = ((mu - mean) ** 2).mean(axis=0)
+    return {
+        "mean": mean,
+        "aleatoric": aleatoric,
+        "epistemic": epistemic,
+        "total": aleatoric + epistemic,
+        "member_means": mu.astype(np.float32),
+        "member_variances": var.astype(np.float32),
+    }
+
+
 class Ensemble:
     def __init__(self, directory):
         with open(os.path.join(directory, "manifest.json")) as f:
@@ -275,18 +337,29 @@ class Ensemble:
         self.members = [Member(os.path.join(directory, m["dir"]))
                         for m in self.manifest["members"]]
         self.input_shape = tuple(self.manifest["input_shape"])
-        self.classes = self.manifest["classes"]
+        # Exports before regression ensembles existed say no task: they are classifiers.
+        self.task = self.manifest.get("task", "classification")
+        self.classes = self.manifest.get("classes", 0)
+        self.target_shape = tuple(self.manifest.get("target_shape", ()))
         self._torch = None
 
     def predict(self, x, backend="numpy"):
+        if backend not in ("numpy", "torch"):
+            raise ValueError(f"backend {backend!r}: numpy or torch")
+        if backend == "torch" and self._torch is None:
+            self._torch = [m.to_torch() for m in self.members]
+        if self.task == "regression":
+            if backend == "numpy":
+                moments = [m.predict_moments(x) for m in self.members]
+            else:
+                moments = [m.predict_moments_torch(x, t)
+                           for m, t in zip(self.members, self._torch)]
+            return regression_uncertainty(np.stack([mu for mu, _ in moments]),
+                                          np.stack([v for _, v in moments]))
         if backend == "numpy":
             probs = [m.predict_proba(x) for m in self.members]
-        elif backend == "torch":
-            if self._torch is None:
-                self._torch = [m.to_torch() for m in self.members]
-            probs = [m.predict_proba_torch(x, t) for m, t in zip(self.members, self._torch)]
         else:
-            raise ValueError(f"backend {backend!r}: numpy or torch")
+            probs = [m.predict_proba_torch(x, t) for m, t in zip(self.members, self._torch)]
         return uncertainty(np.stack(probs))
 
 

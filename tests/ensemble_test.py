@@ -6,7 +6,9 @@ layer norm, dropout, and each activation).
 
 The ensemble's numbers are checked against a direct numpy computation from the members' own
 test predictions (the files the loop's workers wrote), and the exported ensemble's outputs,
-with numpy and with torch, against `cohort predict`'s to 1e-5.
+with numpy and with torch, against `cohort predict`'s to 1e-5. The same for a small regression
+run (tests/regression_loop_test.py's store and members: gaussian_nll and mse), whose ensemble
+predicts a mean and its aleatoric, epistemic and total variance.
 
 Run by ctest as: /usr/bin/python3 tests/ensemble_test.py COHORT_BINARY SCRATCH_DIR
 """
@@ -23,10 +25,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_test  # noqa: E402
+import regression_loop_test  # noqa: E402
 
 COHORT = None
 SCRATCH = None
 RUN = None
+REG_RUN = None  # the regression run
 
 MEMBERS = [
     ("mlp", "dense 32 relu, dense 10", 1),
@@ -49,12 +53,12 @@ def fail_line(proc):
     return lines[0][len("cohort: error: "):]
 
 
-def finished_members(run_dir, round_):
+def finished_members(run_dir, round_, members=MEMBERS):
     db = loop_test.journal(run_dir)
     rows = db.execute("SELECT member, predictions_json, checkpoint FROM attempts WHERE round = ? "
                       "AND status = 'done' ORDER BY id", (round_,)).fetchall()
     db.close()
-    order = {name: i for i, (name, _, _) in enumerate(MEMBERS)}
+    order = {m[0]: i for i, m in enumerate(members)}
     rows = sorted(rows, key=lambda r: order[r["member"]])
     return [(r["member"], os.path.join(run_dir, json.loads(r["predictions_json"])["test"]),
              os.path.join(run_dir, r["checkpoint"])) for r in rows]
@@ -215,6 +219,108 @@ class Predict(unittest.TestCase):
                          f"export of round 0: checkpoint {ckpt}: No such file or directory")
 
 
+def numpy_regression(own):
+    """From the members' (M, n, 2, *target_shape) predictions, written out here independently
+    of cohort: the mixture's mean and variance, split into its two parts."""
+    mu = own[:, :, 0].astype(np.float64)
+    var = own[:, :, 1].astype(np.float64)
+    mean = mu.mean(axis=0)
+    epistemic = ((mu - mean) ** 2).mean(axis=0)
+    return {"mean": mean, "aleatoric": var.mean(axis=0), "epistemic": epistemic,
+            "total": var.mean(axis=0) + epistemic}
+
+
+REGRESSION_KEYS = ("mean", "aleatoric", "epistemic", "total", "member_means", "member_variances")
+
+
+class RegressionPredict(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(SCRATCH, "regression-predict")
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        os.makedirs(cls.dir)
+        cls.npz = os.path.join(cls.dir, "test.npz")
+        cls.proc = cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store", "--table", "test",
+                          "-o", cls.npz)
+        cls.out = dict(np.load(cls.npz))
+        cls.own = np.stack([np.load(path) for _, path, _ in
+                            finished_members(REG_RUN, 1, regression_loop_test.MEMBERS)])
+
+    def test_matches_numpy_from_the_members_own_predictions(self):
+        members = finished_members(REG_RUN, 1, regression_loop_test.MEMBERS)
+        self.assertEqual([m[0] for m in members], ["gauss-a", "gauss-b", "mse-c"])
+        own, got = self.own, self.out
+        n = regression_loop_test.TEST
+        self.assertEqual(own.shape, (3, n, 2, 2))
+        self.assertEqual(sorted(got), sorted(REGRESSION_KEYS + ("ids",)))
+        for key in ("member_means", "member_variances"):
+            self.assertEqual(got[key].shape, (3, n, 2), key)
+            self.assertEqual(got[key].dtype, np.float32, key)
+        np.testing.assert_allclose(got["member_means"], own[:, :, 0], atol=1e-6)
+        np.testing.assert_allclose(got["member_variances"], own[:, :, 1], atol=1e-6)
+        want = numpy_regression(own)
+        for key in ("mean", "aleatoric", "epistemic", "total"):
+            self.assertEqual(got[key].shape, (n, 2), key)
+            np.testing.assert_allclose(got[key], want[key], atol=1e-5, rtol=0, err_msg=key)
+        # The members disagree, and the mse member's variance is one number per component.
+        self.assertGreater(got["epistemic"].max(), 1e-4)
+        self.assertEqual(len(np.unique(own[2, :, 1, 0])), 1)
+        # The sample ids, and the journal's ensemble RMSE and MAE from these means.
+        table = cohort_store().open(f"{REG_RUN}/store").table("test")
+        np.testing.assert_array_equal(got["ids"], np.asarray(table.ids))
+        y = np.asarray(table.labels, dtype=np.float64)
+        db = loop_test.journal(REG_RUN)
+        rmse, mae = db.execute("SELECT test_rmse, test_mae FROM rounds WHERE round = 1").fetchone()
+        db.close()
+        self.assertAlmostEqual(float(np.sqrt(((got["mean"] - y) ** 2).mean())), rmse, places=6)
+        self.assertAlmostEqual(float(np.abs(got["mean"] - y).mean()), mae, places=6)
+        self.assertIn("with the 3 members of round 1 (gauss-a, gauss-b, mse-c)", self.proc.stdout)
+
+    def test_csv_from_an_npy_file(self):
+        prefix = os.path.join(self.dir, "test")
+        cohort("data", "export", f"{REG_RUN}/store", "--table", "test", "--out", prefix)
+        csv = os.path.join(self.dir, "from-npy.csv")
+        cohort("predict", REG_RUN, "--input", prefix + ".x.npy", "-o", csv)
+        with open(csv) as f:
+            header = f.readline().strip().split(",")
+        self.assertEqual(header, ["row", "mean_0", "mean_1", "total_0", "total_1", "aleatoric_0",
+                                  "aleatoric_1", "epistemic_0", "epistemic_1"])
+        table = np.loadtxt(csv, delimiter=",", skiprows=1)
+        np.testing.assert_array_equal(table[:, 0], np.arange(regression_loop_test.TEST))
+        want = numpy_regression(self.own)
+        for i, key in enumerate(("mean", "total", "aleatoric", "epistemic")):
+            np.testing.assert_allclose(table[:, 1 + 2 * i:3 + 2 * i], want[key], atol=1e-5,
+                                       rtol=0, err_msg=key)
+        # From the store, the CSV adds the ids after the row.
+        csv = os.path.join(self.dir, "from-store.csv")
+        cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store", "--table", "test", "-o", csv)
+        with open(csv) as f:
+            self.assertEqual(f.readline().strip().split(",")[:3], ["row", "id", "mean_0"])
+        table = np.loadtxt(csv, delimiter=",", skiprows=1)
+        np.testing.assert_array_equal(table[:, 1], self.out["ids"])
+        np.testing.assert_allclose(table[:, 2:4], self.out["mean"], atol=1e-7)
+
+    def test_an_earlier_round(self):
+        out = os.path.join(self.dir, "round0.npz")
+        proc = cohort("predict", REG_RUN, "--round", "0", "--store", f"{REG_RUN}/store",
+                      "--table", "test", "-o", out)
+        self.assertIn("of round 0", proc.stdout)
+        own = np.stack([np.load(path) for _, path, _ in
+                        finished_members(REG_RUN, 0, regression_loop_test.MEMBERS)])
+        got = np.load(out)
+        np.testing.assert_allclose(got["member_means"], own[:, :, 0], atol=1e-6)
+        np.testing.assert_allclose(got["total"], numpy_regression(own)["total"], atol=1e-5,
+                                   rtol=0)
+
+    def test_bad_input(self):
+        bad = os.path.join(self.dir, "wide.npy")
+        np.save(bad, np.zeros((4, 5), dtype=np.float32))
+        self.assertEqual(
+            fail_line(cohort("predict", REG_RUN, "--input", bad, check=False)),
+            f"{bad}: samples are float32 (5,), but the ensemble takes float32 (4,) (the run's "
+            "train table)")
+
+
 def cohort_store():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import cohort_store as module
@@ -297,8 +403,71 @@ class Export(unittest.TestCase):
                          "run ens has no round 4 (rounds 0 to 1)")
 
 
+class RegressionExport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(SCRATCH, "regression-export")
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        os.makedirs(cls.dir)
+        cls.out = os.path.join(cls.dir, "ensemble")
+        cohort("export", REG_RUN, "-o", cls.out)
+        cls.npz = os.path.join(cls.dir, "test.npz")
+        cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store", "--table", "test", "-o",
+               cls.npz)
+        cls.x = np.asarray(cohort_store().open(f"{REG_RUN}/store").table("test").features)
+
+    def test_manifest_says_the_task(self):
+        with open(os.path.join(self.out, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(m["task"], "regression")
+        self.assertEqual(m["target_shape"], [2])
+        self.assertNotIn("classes", m)
+        self.assertEqual(m["feature_dtype"], "float32")
+        self.assertEqual(m["input_shape"], [4])
+        self.assertEqual([x["name"] for x in m["members"]], ["gauss-a", "gauss-b", "mse-c"])
+        db = loop_test.journal(REG_RUN)
+        r = db.execute("SELECT input_generation, test_rmse, test_mae, test_nll, "
+                       "test_calibration FROM rounds WHERE round = 1").fetchone()
+        db.close()
+        self.assertEqual(m["round"], {"round": 1, "input_generation": r["input_generation"],
+                                      "test_rmse": r["test_rmse"], "test_mae": r["test_mae"],
+                                      "test_nll": r["test_nll"],
+                                      "test_calibration": r["test_calibration"]})
+
+    def test_loader_equals_predict(self):
+        ens = load_exported(self.out).load(self.out)
+        self.assertEqual((ens.task, ens.target_shape), ("regression", (2,)))
+        want = np.load(self.npz)
+        for backend in ("numpy", "torch"):
+            got = ens.predict(self.x, backend=backend)
+            self.assertEqual(sorted(got), sorted(REGRESSION_KEYS))
+            for key in REGRESSION_KEYS:
+                self.assertEqual(got[key].shape, want[key].shape, f"{backend} {key}")
+                np.testing.assert_allclose(got[key], want[key], atol=1e-5, rtol=0,
+                                           err_msg=f"{backend} {key}")
+
+    def test_loader_as_a_program(self):
+        x = os.path.join(self.dir, "x.npy")
+        np.save(x, self.x[:50])
+        out = os.path.join(self.dir, "script.npz")
+        subprocess.run([sys.executable, os.path.join(self.out, "cohort_ensemble.py"), self.out,
+                        x, "-o", out], check=True, cwd=self.dir, capture_output=True)
+        got, want = np.load(out), np.load(self.npz)
+        for key in ("mean", "total"):
+            np.testing.assert_allclose(got[key], want[key][:50], atol=1e-5, rtol=0)
+
+    def test_a_classification_export_has_no_regression_metrics(self):
+        out = os.path.join(self.dir, "classification")
+        cohort("export", RUN, "-o", out)
+        with open(os.path.join(out, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(sorted(m["round"]), ["input_generation", "round", "test_accuracy",
+                                              "test_nll"])
+        self.assertNotIn("target_shape", m)
+
+
 def main():
-    global COHORT, SCRATCH, RUN
+    global COHORT, SCRATCH, RUN, REG_RUN
     COHORT = os.path.abspath(sys.argv[1])
     SCRATCH = os.path.abspath(sys.argv[2])
     os.makedirs(SCRATCH, exist_ok=True)
@@ -311,6 +480,15 @@ def main():
     config = loop_test.write_config(run_parent, name="ens", members=MEMBERS, rounds=2, epochs=3)
     cohort("run", config, "--plain")
     RUN = os.path.join(run_parent, "runs", "ens")
+    # A regression run: two rounds of the regression loop test's three members.
+    reg_source = os.path.join(SCRATCH, "regression-source")
+    regression_loop_test.build_source(reg_source)
+    reg_parent = os.path.join(SCRATCH, "regression-run")
+    shutil.rmtree(reg_parent, ignore_errors=True)
+    config = regression_loop_test.write_config(reg_parent, rounds=2, epochs=20,
+                                               source=reg_source)
+    cohort("run", config, "--plain")
+    REG_RUN = os.path.join(reg_parent, "runs", "reg")
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)
 
 

@@ -3,7 +3,8 @@
 rounds, one worker SIGKILLed and retried) rendered in headless Chromium (tests/browser.py):
 it loads with no console error, every chart is there with its title, axis labels and legend,
 its numbers are the journal's, and a screenshot is saved (SCRATCH/report.png). Also the report
-of a running run, and bad input.
+of a regression run (RMSE, MAE, NLL and calibration charts, the picks' scores, interval
+coverage; SCRATCH/report-regression.png), of a running run, and bad input.
 
 Run by ctest as: /usr/bin/python3 tests/report_test.py COHORT_BINARY SCRATCH_DIR
 """
@@ -19,10 +20,12 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import browser  # noqa: E402
 import loop_test  # noqa: E402
+import regression_loop_test  # noqa: E402
 
 COHORT = None
 SCRATCH = None
 RUN = None  # the finished run every test reads
+REG_RUN = None  # a finished regression run
 
 CHARTS = ["accuracy-by-round", "accuracy-by-labels", "nll-by-round", "nll-by-labels",
           "ece-by-round", "ece-by-labels", "timeline", "time-per-round", "dataset-size",
@@ -208,6 +211,120 @@ class ReportOfAFinishedRun(unittest.TestCase):
         self.assertIn("no_such_function", errors[0]["message"])
 
 
+REGRESSION_CHARTS = ["rmse-by-round", "rmse-by-labels", "mae-by-round", "mae-by-labels",
+                     "nll-by-round", "nll-by-labels", "calibration-by-round",
+                     "calibration-by-labels", "timeline", "time-per-round", "dataset-size",
+                     "picks-by-score", "loss-round-0", "loss-round-1", "coverage"]
+
+
+def chart_summaries(b):
+    return b.run("""
+        return Array.from(document.querySelectorAll('svg.chart')).map(function (c) {
+          var q = function (s) { return Array.from(c.querySelectorAll(s)); };
+          var r = c.getBoundingClientRect();
+          return {id: c.dataset.chart, width: r.width, height: r.height,
+                  title: q('.chart-title').map(function (t) { return t.textContent; }),
+                  axes: q('.axis-label').map(function (t) {
+                    return [t.dataset.axis, t.textContent]; }),
+                  legend: q('.legend-item').map(function (t) { return t.textContent; }),
+                  series: q('g.series').map(function (g) { return g.dataset.series; }),
+                  ticks: q('.tick').length};
+        });""")
+
+
+class ReportOfARegressionRun(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.html_path = os.path.join(SCRATCH, "report-regression.html")
+        cohort("report", REG_RUN, "-o", cls.html_path)
+        with open(cls.html_path) as f:
+            cls.html = f.read()
+        db = journal(REG_RUN)
+        cls.rounds = db.execute("SELECT round, test_rmse, test_mae, test_nll, test_calibration "
+                                "FROM rounds ORDER BY round").fetchall()
+        cls.picks = db.execute("SELECT round, score FROM acquisitions").fetchall()
+        db.close()
+
+    def test_no_classification_in_the_page(self):
+        self.assertEqual(len(self.rounds), 2)
+        self.assertNotIn("accuracy", self.html.lower())
+        self.assertNotIn("ECE", self.html)
+        self.assertIn("Regression run: no classes.", self.html)
+        self.assertIn("test RMSE after round 1", self.html)
+
+    def test_in_chromium(self):
+        why = browser.available()
+        if why:
+            if os.environ.get("CI") == "true":
+                self.fail(why)
+            self.skipTest(why)
+        with browser.Browser(width=1200, height=1000) as b:
+            b.open("file://" + self.html_path)
+            self.assertEqual(b.console_errors(), [])
+            charts = chart_summaries(b)
+            by_id = {c["id"]: c for c in charts}
+            self.assertEqual(sorted(by_id), sorted(REGRESSION_CHARTS))
+            for c in charts:
+                with self.subTest(chart=c["id"]):
+                    self.assertEqual(len(c["title"]), 1)
+                    self.assertEqual(sorted(a for a, _ in c["axes"]), ["x", "y"])
+                    for _, label in c["axes"]:
+                        self.assertGreater(len(label), 3)
+                    self.assertGreater(c["ticks"], 3)
+                    if len(c["series"]) > 1:
+                        self.assertEqual(c["legend"], c["series"])
+                    if c["id"] != "loss-round-0":  # hidden until chosen
+                        self.assertGreater(c["width"], 300)
+                        self.assertGreater(c["height"], 100)
+            members = [m[0] for m in regression_loop_test.MEMBERS]
+            want = {"rmse": ("RMSE", "test RMSE (target units)"),
+                    "mae": ("MAE", "test MAE (target units)"),
+                    "nll": ("NLL", "test NLL (nats per target component)"),
+                    "calibration": ("Calibration error", "test calibration (coverage gap)")}
+            for metric, (title, label) in want.items():
+                for by, x in (("round", "round"),
+                              ("labels", "labels trained on (rows of train)")):
+                    c = by_id[f"{metric}-by-{by}"]
+                    self.assertEqual(c["title"], [f"{title} by "
+                                                  f"{'round' if by == 'round' else 'labels used'}"])
+                    self.assertEqual(dict(c["axes"]), {"x": x, "y": label})
+                    self.assertEqual(c["series"], members + ["ensemble"])
+            # The ensemble's numbers are the journal's.
+            table = b.run("""return Array.from(document.querySelectorAll('#metrics table tr'))
+                .slice(1).map(function (r) { return Array.from(r.cells).map(
+                function (c) { return c.textContent; }); });""")
+            self.assertEqual(len(table), len(self.rounds))
+            for row, r in zip(table, self.rounds):
+                self.assertEqual(row[0], str(r["round"]))
+                self.assertEqual(row[2:6], [f"{r[k]:.4f}" for k in
+                                            ("test_rmse", "test_mae", "test_nll",
+                                             "test_calibration")])
+            # The coverage plot: nominal against observed, the ensemble's calibration error is
+            # the journal's, one point per level of regression.h's kCoverageLevels.
+            cov = by_id["coverage"]
+            self.assertEqual(cov["title"], [f"Interval coverage, round 1 (calibration error "
+                                            f"{self.rounds[-1]['test_calibration']:.4f})"])
+            self.assertEqual(dict(cov["axes"]),
+                             {"x": "nominal coverage (probability of the central interval)",
+                              "y": "observed coverage (fraction of targets inside)"})
+            self.assertEqual(cov["series"], members + ["ensemble"])
+            levels = b.run("""return Array.from(document.querySelectorAll(
+                '#reliability table tr')).slice(1).map(function (r) {
+                return r.cells[0].textContent; });""")
+            self.assertEqual(levels, ["0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8",
+                                      "0.9", "0.95"])
+            # The picks' scores: every pick counted once, in the rounds that picked.
+            picks = by_id["picks-by-score"]
+            self.assertEqual(dict(picks["axes"])["x"], "max_deviation score (middle of the range)")
+            cells = b.run("""return Array.from(document.querySelectorAll(
+                'svg[data-chart="picks-by-score"] text.cell')).map(function (t) {
+                return Number(t.textContent); });""")
+            self.assertEqual(sum(cells), len(self.picks))
+            shot = os.path.join(SCRATCH, "report-regression.png")
+            self.assertGreater(b.screenshot(shot, full_page=True), 50000)
+            self.assertEqual(b.console_errors(), [])
+
+
 class ReportOfARunningRun(unittest.TestCase):
     def test_says_running_and_reloads(self):
         d = os.path.join(SCRATCH, "running")
@@ -271,7 +388,7 @@ class BadInput(unittest.TestCase):
 
 
 def main():
-    global COHORT, SCRATCH, RUN
+    global COHORT, SCRATCH, RUN, REG_RUN
     COHORT = os.path.abspath(sys.argv[1])
     SCRATCH = os.path.abspath(sys.argv[2])
     os.makedirs(SCRATCH, exist_ok=True)
@@ -283,6 +400,14 @@ def main():
     shutil.rmtree(os.path.join(SCRATCH, "finished"), ignore_errors=True)
     shutil.rmtree(os.path.join(SCRATCH, "running"), ignore_errors=True)
     RUN = make_run()
+    # A regression run: two rounds of the regression loop test's three members.
+    reg_source = os.path.join(SCRATCH, "regression-source")
+    regression_loop_test.build_source(reg_source)
+    reg_parent = os.path.join(SCRATCH, "regression")
+    shutil.rmtree(reg_parent, ignore_errors=True)
+    cohort("run", regression_loop_test.write_config(reg_parent, rounds=2, epochs=20,
+                                                    source=reg_source), "--plain")
+    REG_RUN = os.path.join(reg_parent, "runs", "reg")
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)
 
 

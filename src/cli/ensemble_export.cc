@@ -83,6 +83,9 @@ Status RunExport(const ExportOptions& o) {
     round_json = {{"round", round}, {"input_generation", r.input_generation}};
     if (r.test.accuracy) round_json["test_accuracy"] = *r.test.accuracy;
     if (r.test.nll) round_json["test_nll"] = *r.test.nll;
+    if (r.test.rmse) round_json["test_rmse"] = *r.test.rmse;
+    if (r.test.mae) round_json["test_mae"] = *r.test.mae;
+    if (r.test.calibration_error) round_json["test_calibration"] = *r.test.calibration_error;
   }
   json manifest = {{"format", "cohort-ensemble"},
                    {"version", 1},
@@ -97,6 +100,12 @@ Status RunExport(const ExportOptions& o) {
                    {"created_at", NowIso8601()},
                    {"cohort_version", o.version},
                    {"loader", "cohort_ensemble.py"}};
+  // A regression ensemble has no classes (its members say 0) but a target shape: the loader
+  // shapes the means and variances by it.
+  if (first["task"] == "regression") {
+    manifest.erase("classes");
+    manifest["target_shape"] = first["target_shape"];
+  }
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/cohort_ensemble.py", kEnsembleLoaderPy));
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/manifest.json", manifest.dump(2) + "\n"));
   fmt::print(

@@ -17,6 +17,7 @@
 #include "launch/device.h"
 #include "loop/ensemble_uncertainty.h"
 #include "loop/predictions.h"
+#include "loop/regression.h"
 #include "loop/run_reader.h"
 #include "store/import.h"
 #include "store/snapshot.h"
@@ -154,6 +155,61 @@ Status WriteNpz(const std::string& path, const loop::EnsembleUncertainty& u,
                              {std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))});
 }
 
+// A regression run's CSV: per sample its id and, per target component (C order over the
+// target shape), the mean, the total variance and its aleatoric and epistemic parts.
+Status WriteRegressionCsv(const std::string& path, const loop::RegressionUncertainty& u,
+                          const std::vector<uint64_t>& ids) {
+  std::string text = ids.empty() ? "row" : "row,id";
+  for (const char* what : {"mean", "total", "aleatoric", "epistemic"}) {
+    for (int64_t d = 0; d < u.outputs; d++) text += fmt::format(",{}_{}", what, d);
+  }
+  text += "\n";
+  for (int64_t i = 0; i < u.samples; i++) {
+    text += std::to_string(i);
+    if (!ids.empty()) text += "," + std::to_string(ids[i]);
+    for (const std::vector<double>* column : {&u.mean, &u.total, &u.aleatoric, &u.epistemic}) {
+      for (int64_t d = 0; d < u.outputs; d++) {
+        text += fmt::format(",{:.9g}", (*column)[static_cast<size_t>(i * u.outputs + d)]);
+      }
+    }
+    text += "\n";
+  }
+  return WriteFileAtomically(path,
+                             {std::as_bytes(std::span<const char>(text.data(), text.size()))});
+}
+
+// A regression run's .npz: the ensemble's moments, shaped (n, *target_shape), and the members'
+// own means and variances, (members, n, *target_shape), split out of their (n, 2, ...) files.
+Status WriteRegressionNpz(const std::string& path, const loop::RegressionUncertainty& u,
+                          const loop::StackedPredictions& stacked, const loop::RunTask& task,
+                          const std::vector<uint64_t>& ids) {
+  NpzWriter npz;
+  const auto n = static_cast<uint64_t>(u.samples);
+  std::vector<uint64_t> shape{n};
+  shape.insert(shape.end(), task.target_shape.begin(), task.target_shape.end());
+  npz.Add("mean", store::Dtype::kFloat64, shape, u.mean);
+  npz.Add("total", store::Dtype::kFloat64, shape, u.total);
+  npz.Add("aleatoric", store::Dtype::kFloat64, shape, u.aleatoric);
+  npz.Add("epistemic", store::Dtype::kFloat64, shape, u.epistemic);
+  const auto outputs = static_cast<size_t>(stacked.outputs);
+  std::vector<float> means, variances;
+  means.reserve(stacked.data.size() / 2);
+  variances.reserve(stacked.data.size() / 2);
+  for (size_t at = 0; at < stacked.data.size(); at += 2 * outputs) {
+    means.insert(means.end(), stacked.data.begin() + at, stacked.data.begin() + at + outputs);
+    variances.insert(variances.end(), stacked.data.begin() + at + outputs,
+                     stacked.data.begin() + at + 2 * outputs);
+  }
+  std::vector<uint64_t> member_shape{static_cast<uint64_t>(stacked.members)};
+  member_shape.insert(member_shape.end(), shape.begin(), shape.end());
+  npz.Add("member_means", store::Dtype::kFloat32, member_shape, means);
+  npz.Add("member_variances", store::Dtype::kFloat32, member_shape, variances);
+  if (!ids.empty()) npz.Add("ids", store::Dtype::kUint64, {n}, ids);
+  COHORT_ASSIGN_OR_RETURN(std::string bytes, npz.Finish());
+  return WriteFileAtomically(path,
+                             {std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))});
+}
+
 }  // namespace
 
 Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
@@ -177,6 +233,8 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   }
   COHORT_ASSIGN_OR_RETURN(auto run_snap, store::Snapshot::Open(run.paths.store(), trained_on));
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, run_snap->table(run.config.store.train));
+  // The train table's labels make the run what it is, so they say what the members' files hold.
+  const loop::RunTask task = loop::RunTaskOf(*train);
 
   COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
   std::string store_dir = o.store, table = o.table;
@@ -235,15 +293,23 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
       devices.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
   COHORT_RETURN_IF_ERROR(RunMemberJobs(std::move(jobs), slots));
 
-  COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked, loop::StackPredictions(files, rows));
-  COHORT_ASSIGN_OR_RETURN(
-      auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
-                                               stacked.classes));
-  COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
-  if (EndsWith(Lower(o.out), ".csv")) {
-    COHORT_RETURN_IF_ERROR(WriteCsv(o.out, u, ids));
+  COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked,
+                          loop::StackPredictions(files, rows, task));
+  const bool csv = EndsWith(Lower(o.out), ".csv");
+  if (task.regression) {
+    COHORT_ASSIGN_OR_RETURN(
+        auto view, loop::MakeRegressionPredictions(stacked.data, stacked.members, stacked.samples,
+                                                   stacked.outputs));
+    COHORT_ASSIGN_OR_RETURN(loop::RegressionUncertainty u,
+                            loop::ComputeRegressionUncertainty(view));
+    COHORT_RETURN_IF_ERROR(csv ? WriteRegressionCsv(o.out, u, ids)
+                               : WriteRegressionNpz(o.out, u, stacked, task, ids));
   } else {
-    COHORT_RETURN_IF_ERROR(WriteNpz(o.out, u, stacked, ids));
+    COHORT_ASSIGN_OR_RETURN(
+        auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
+                                                 stacked.classes));
+    COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
+    COHORT_RETURN_IF_ERROR(csv ? WriteCsv(o.out, u, ids) : WriteNpz(o.out, u, stacked, ids));
   }
   std::string names;
   for (const auto& m : chosen.second) names += (names.empty() ? "" : ", ") + m.name;
@@ -260,7 +326,8 @@ void AddEnsemblePredictCommand(CLI::App& app, std::function<Status()>* run) {
   auto* cmd = app.add_subcommand(
       "predict",
       "Apply a run's ensemble to new data: mean probabilities, predicted class and uncertainty "
-      "(cohort predict --checkpoint C ... applies one checkpoint)");
+      "(regression: mean and aleatoric, epistemic and total variance; cohort predict "
+      "--checkpoint C ... applies one checkpoint)");
   cmd->add_option("run_dir", o->run_dir, "the run directory (runs/NAME)")->required();
   cmd->add_option("--round", o->round,
                   "the round whose members predict (default: the last "

@@ -7,6 +7,7 @@
 
 #include "cli/png.h"
 #include "common/time_text.h"
+#include "loop/class_labels.h"
 #include "loop/predictions.h"
 #include "loop/run_reader.h"
 #include "store/snapshot.h"
@@ -192,9 +193,45 @@ void GatherReliability(const loop::RunReader& run, ReportData* out) {
         "the members of round " + std::to_string(round) + " wrote no test predictions";
     return;
   }
-  auto stacked = loop::StackPredictions(files, (*table)->size());
+  loop::RunTask task;
+  if (out->regression) {
+    auto train = (*snap)->table(out->train_table);
+    if (!train.ok()) {
+      out->reliability_error = train.status().message();
+      return;
+    }
+    task = loop::RunTaskOf(**train);
+  }
+  auto stacked = loop::StackPredictions(files, (*table)->size(), task);
   if (!stacked.ok()) {
     out->reliability_error = stacked.status().message();
+    return;
+  }
+  if (task.regression) {
+    // The loop's own metrics (Controller::ScoreEnsemble) on the same files and targets: the
+    // ensemble's calibration error here is the journal's rounds.test_calibration.
+    if ((*table)->schema().label_kind != store::LabelKind::kVector) {
+      out->reliability_error = "the test table has no float targets";
+      return;
+    }
+    auto view = loop::MakeRegressionPredictions(stacked->data, stacked->members, stacked->samples,
+                                                stacked->outputs);
+    if (!view.ok()) {
+      out->reliability_error = view.status().message();
+      return;
+    }
+    auto metrics = loop::ComputeRegressionMetrics(*view, loop::TargetsOf(**table));
+    if (!metrics.ok()) {
+      out->reliability_error = metrics.status().message();
+      return;
+    }
+    out->reliability_round = round;
+    out->reliability_members = stacked->members;
+    out->coverage = std::move(*metrics);
+    for (size_t index : stacked->member_index) {
+      out->coverage_members.push_back(index < out->members.size() ? out->members[index]
+                                                                  : std::to_string(index));
+    }
     return;
   }
   std::vector<int64_t> labels;
@@ -270,6 +307,20 @@ Result<ReportData> GatherReport(const std::string& run_dir, const GatherOptions&
                    [](const ReportAttempt& a, const ReportAttempt& b) {
                      return a.record.started_at < b.record.started_at;
                    });
+  // What kind of run: the train table's labels decide, as they did when the run started.
+  // A store that cannot be read leaves it to the journal: only regression rounds have an RMSE.
+  std::optional<uint64_t> first_generation;
+  if (!out.rounds.empty()) first_generation = out.rounds.front().record.input_generation;
+  bool known = false;
+  if (auto snap = store::Snapshot::Open(run.paths.store(), first_generation); snap.ok()) {
+    if (auto train = (*snap)->table(out.train_table); train.ok()) {
+      out.regression = loop::RunTaskOf(**train).regression;
+      known = true;
+    }
+  }
+  if (!known) {
+    for (const ReportRound& r : out.rounds) out.regression |= r.record.test.rmse.has_value();
+  }
   GatherStore(run, options, &out);
   GatherReliability(run, &out);
   return out;

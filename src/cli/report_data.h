@@ -1,7 +1,8 @@
 // What `cohort report` shows, gathered from a run directory without taking its lock: the
 // journal (rounds, attempts, epochs, member metrics, picks), the run's store (generations,
 // table sizes, what each round changed, the picked samples' labels and images) and the final
-// round's test predictions (the reliability diagram).
+// round's test predictions (the reliability diagram; in a regression run, the coverage of the
+// ensemble's central predictive intervals).
 //
 // Everything the report draws is in ReportData as plain values, so report_html.cc only lays
 // it out and tests can build one by hand.
@@ -18,6 +19,7 @@
 #include "common/status.h"
 #include "loop/ensemble_metrics.h"
 #include "loop/journal.h"
+#include "loop/regression.h"
 
 namespace cohort::cli {
 
@@ -71,6 +73,10 @@ struct ReportData {
   uint64_t source_generation = 0;
   std::string train_table, pool_table, test_table;
   std::string strategy;
+  // A regression run (the train table holds float targets: loop::RunTaskOf; when the store
+  // cannot be read, a round with a test RMSE says so): its metrics are RMSE, MAE, NLL and
+  // calibration error, its picks have no classes, and its reliability section shows coverage.
+  bool regression = false;
   std::vector<std::string> members;  // config order
   std::vector<std::string> devices;  // config order
   std::string generated_at;
@@ -85,7 +91,10 @@ struct ReportData {
   std::optional<int64_t> reliability_round;
   int64_t reliability_members = 0;
   std::optional<loop::ClassificationMetrics> reliability;
-  std::string reliability_error;  // why there is none
+  // Regression: every member's and the ensemble's metrics, whose `coverage` the section draws.
+  std::optional<loop::EnsembleRegressionMetrics> coverage;
+  std::vector<std::string> coverage_members;  // the names of coverage->members, in order
+  std::string reliability_error;              // why there is neither
 };
 
 struct GatherOptions {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "cli/png.h"
 #include "cli/svg_chart.h"
@@ -107,6 +109,10 @@ std::string Summary(const ReportData& d) {
     s += Fact(F(*last->record.test.accuracy),
               fmt::format("test accuracy after round {}", last->record.round));
   }
+  if (last != nullptr && last->record.test.rmse) {
+    s += Fact(F(*last->record.test.rmse),
+              fmt::format("test RMSE after round {}", last->record.round));
+  }
   if (last != nullptr && last->record.labels_total) {
     s += Fact(std::to_string(*last->record.labels_total), "labels after the last round");
   }
@@ -130,33 +136,78 @@ std::string Summary(const ReportData& d) {
 // ---- metrics
 
 struct MetricDef {
+  const char* id;     // chart ids: ID-by-round, ID-by-labels
   const char* key;    // member_metrics key
+  const char* title;  // chart title: TITLE by round
   const char* label;  // axis label
   std::optional<double> loop::EnsembleTestMetrics::*field;
 };
 
+// What the loop journals for each kind of run (Controller::ScoreEnsemble).
+constexpr MetricDef kClassificationMetrics[] = {
+    {"accuracy", "accuracy", "Accuracy", "test accuracy (fraction correct)",
+     &loop::EnsembleTestMetrics::accuracy},
+    {"nll", "nll", "NLL", "test NLL (nats per sample)", &loop::EnsembleTestMetrics::nll},
+    {"ece", "ece", "ECE", "test ECE (calibration error)", &loop::EnsembleTestMetrics::ece},
+};
+constexpr MetricDef kRegressionMetrics[] = {
+    {"rmse", "rmse", "RMSE", "test RMSE (target units)", &loop::EnsembleTestMetrics::rmse},
+    {"mae", "mae", "MAE", "test MAE (target units)", &loop::EnsembleTestMetrics::mae},
+    {"nll", "nll", "NLL", "test NLL (nats per target component)", &loop::EnsembleTestMetrics::nll},
+    {"calibration", "calibration_error", "Calibration error", "test calibration (coverage gap)",
+     &loop::EnsembleTestMetrics::calibration_error},
+};
+
+// A regression run's numbers behind the charts: the ensemble's four metrics and each member's
+// RMSE per round.
+std::string RegressionMetricsTable(const ReportData& d) {
+  std::string s =
+      "<table><tr><th>round</th><th>labels</th><th>RMSE</th><th>MAE</th><th>NLL</th>"
+      "<th>calibration error</th>";
+  for (const auto& m : d.members) s += "<th>" + Escape(m) + " RMSE</th>";
+  s += "</tr>";
+  for (const auto& r : d.rounds) {
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+                     r.record.round, r.labels_in ? std::to_string(*r.labels_in) : "&ndash;",
+                     Opt(r.record.test.rmse), Opt(r.record.test.mae), Opt(r.record.test.nll),
+                     Opt(r.record.test.calibration_error));
+    for (const auto& m : d.members) {
+      auto it = r.member_metrics.find(m);
+      std::optional<double> v;
+      if (it != r.member_metrics.end() && it->second.count("rmse")) v = it->second.at("rmse");
+      s += "<td>" + Opt(v) + "</td>";
+    }
+    s += "</tr>";
+  }
+  return s + "</table>";
+}
+
 std::string MetricsSection(const ReportData& d) {
   std::string s = "<section id=\"metrics\"><h2>Test metrics</h2>";
-  s += fmt::format(
-      "<p class=\"muted\">The ensemble (mean of the members' probabilities, black) and each "
-      "member on the <code>{}</code> table, after each round's training. Labels: rows of "
-      "<code>{}</code> the round trained on. ECE: 15 equal-width confidence bins.</p>",
-      Escape(d.test_table), Escape(d.train_table));
-  const MetricDef defs[] = {
-      {"accuracy", "test accuracy (fraction correct)", &loop::EnsembleTestMetrics::accuracy},
-      {"nll", "test NLL (nats per sample)", &loop::EnsembleTestMetrics::nll},
-      {"ece", "test ECE (calibration error)", &loop::EnsembleTestMetrics::ece},
-  };
+  if (d.regression) {
+    s += fmt::format(
+        "<p class=\"muted\">The ensemble (mean of the members' means, black) and each member "
+        "on the <code>{}</code> table, after each round's training. Labels: rows of "
+        "<code>{}</code> the round trained on. NLL: Gaussian, per target component (the "
+        "ensemble's is that of the members' mixture). Calibration error: the mean over {} "
+        "nominal levels of how far the observed coverage of the central predictive intervals "
+        "is from the nominal one.</p>",
+        Escape(d.test_table), Escape(d.train_table), loop::kCoverageLevels.size());
+  } else {
+    s += fmt::format(
+        "<p class=\"muted\">The ensemble (mean of the members' probabilities, black) and each "
+        "member on the <code>{}</code> table, after each round's training. Labels: rows of "
+        "<code>{}</code> the round trained on. ECE: 15 equal-width confidence bins.</p>",
+        Escape(d.test_table), Escape(d.train_table));
+  }
+  const std::span<const MetricDef> defs =
+      d.regression ? std::span<const MetricDef>(kRegressionMetrics) : kClassificationMetrics;
   s += "<div class=\"charts\">";
   for (const MetricDef& m : defs) {
     for (bool by_labels : {false, true}) {
       svg::XYChart c;
-      c.id = fmt::format("{}-by-{}", m.key, by_labels ? "labels" : "round");
-      c.title = fmt::format("{} by {}",
-                            m.key == std::string("nll")   ? "NLL"
-                            : m.key == std::string("ece") ? "ECE"
-                                                          : "Accuracy",
-                            by_labels ? "labels used" : "round");
+      c.id = fmt::format("{}-by-{}", m.id, by_labels ? "labels" : "round");
+      c.title = fmt::format("{} by {}", m.title, by_labels ? "labels used" : "round");
       c.x.label = by_labels ? "labels trained on (rows of " + d.train_table + ")" : "round";
       c.x.integer = true;
       c.y.label = m.label;
@@ -202,6 +253,7 @@ std::string MetricsSection(const ReportData& d) {
     }
   }
   s += "</div>";
+  if (d.regression) return s + RegressionMetricsTable(d) + "</section>\n";
   // The numbers behind the charts.
   s += "<table><tr><th>round</th><th>labels</th><th>accuracy</th><th>NLL</th><th>Brier</th>"
        "<th>ECE</th>";
@@ -466,8 +518,50 @@ std::string DatasetSection(const ReportData& d) {
 
 // ---- picks
 
+// A regression run's picks have no classes: how their scores spread instead, per round, in
+// equal-width ranges between the lowest and the highest score picked in any round.
+std::string RegressionPicks(const ReportData& d) {
+  std::string s = fmt::format(
+      "<p class=\"muted\">Regression run: no classes. The samples each round acquired by "
+      "<code>{}</code>, counted by their score (the ensemble's model deviation or variance "
+      "the round ranked the pool by).</p>",
+      Escape(d.strategy));
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& r : d.rounds) {
+    for (const auto& p : r.picks) lo = std::min(lo, p.score), hi = std::max(hi, p.score);
+  }
+  if (!(lo <= hi)) return s + "<p>No round has acquired samples yet.</p></section>\n";
+  constexpr int kBins = 10;
+  const int bins = hi > lo ? kBins : 1;
+  const double width = hi > lo ? (hi - lo) / kBins : 0;
+  svg::Heatmap h;
+  h.id = "picks-by-score";
+  h.title = "Acquired samples per score range and round";
+  h.x_label = fmt::format("{} score (middle of the range)", d.strategy);
+  h.y_label = "round";
+  h.value_label = "samples acquired";
+  h.width = 720;
+  for (int k = 0; k < bins; k++) {
+    h.columns.push_back(svg::TickText(lo + width * (k + 0.5), width > 0 ? width : 1));
+  }
+  for (const auto& r : d.rounds) {
+    if (r.picks.empty()) continue;
+    h.rows.push_back(std::to_string(r.record.round));
+    std::vector<double> counts(static_cast<size_t>(bins), 0.0);
+    for (const auto& p : r.picks) {
+      // The highest score falls in the last range, not in one past it.
+      const int k = width > 0 ? std::min(bins - 1, static_cast<int>((p.score - lo) / width)) : 0;
+      counts[static_cast<size_t>(k)] += 1;
+    }
+    h.values.push_back(std::move(counts));
+  }
+  h.note = fmt::format("scores from {:.4g} to {:.4g} in {} ranges of {:.3g}", lo, hi, bins, width);
+  return s + svg::RenderHeatmap(h) + "</section>\n";
+}
+
 std::string PicksSection(const ReportData& d) {
   std::string s = "<section id=\"picks\"><h2>Picks</h2>";
+  if (d.regression) return s + RegressionPicks(d);
   s += fmt::format(
       "<p class=\"muted\">The samples each round acquired by <code>{}</code> and had labelled, "
       "counted by their label (the oracle's, read from the <code>{}</code> table after the "
@@ -583,7 +677,76 @@ std::string LossSection(const ReportData& d) {
 
 // ---- reliability
 
+// A regression run's reliability: how often the targets fall inside the central predictive
+// intervals of each nominal level (regression.h's kCoverageLevels), for the ensemble's
+// moment-matched Gaussian and each member's own.
+std::string CoverageSection(const ReportData& d) {
+  std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
+  const loop::RegressionMetrics& e = d.coverage->ensemble;
+  s += fmt::format(
+      "<p class=\"muted\">The {} members of round {} on the <code>{}</code> table ({} samples): "
+      "for each nominal level, the fraction of target components inside the central interval "
+      "of that probability (the ensemble's: of the Gaussian with its mean and total variance; "
+      "each member's: of its own). A calibrated predictor's points lie on the diagonal; points "
+      "below it are intervals too narrow (over-confident).</p>",
+      d.reliability_members, *d.reliability_round, Escape(d.test_table), e.count);
+  svg::XYChart c;
+  c.id = "coverage";
+  c.title = fmt::format("Interval coverage, round {} (calibration error {:.4f})",
+                        *d.reliability_round, e.calibration_error);
+  c.x.label = "nominal coverage (probability of the central interval)";
+  c.y.label = "observed coverage (fraction of targets inside)";
+  c.x.min = 0;
+  c.x.max = 1;
+  c.y.min = 0;
+  c.y.max = 1;
+  c.diagonal = true;
+  c.width = 560;
+  c.height = 420;
+  auto series = [](const std::string& name, const loop::RegressionMetrics& m) {
+    svg::Series ser;
+    ser.name = name;
+    for (const auto& [nominal, observed] : m.coverage) {
+      ser.x.push_back(nominal);
+      ser.y.push_back(observed);
+      ser.tips.push_back(
+          fmt::format("{}: {:.3f} of targets inside the {:g} interval", name, observed, nominal));
+    }
+    return ser;
+  };
+  for (size_t i = 0; i < d.coverage->members.size() && i < d.coverage_members.size(); i++) {
+    svg::Series m = series(d.coverage_members[i], d.coverage->members[i]);
+    const auto at = std::find(d.members.begin(), d.members.end(), d.coverage_members[i]);
+    m.color = svg::PaletteColor(static_cast<size_t>(at - d.members.begin()));
+    m.stroke_width = 1.3;
+    m.dashed = true;
+    c.series.push_back(std::move(m));
+  }
+  svg::Series ens = series("ensemble", e);
+  ens.color = "#000000";
+  ens.stroke_width = 3;
+  c.series.push_back(std::move(ens));
+  c.note = "dashed diagonal: perfect calibration (observed = nominal)";
+  s += "<div class=\"charts\">" + svg::RenderXY(c) + "</div>";
+  // The numbers behind the chart.
+  s += "<table><tr><th>nominal</th><th>ensemble</th>";
+  for (const auto& name : d.coverage_members) s += "<th>" + Escape(name) + "</th>";
+  s += "</tr>";
+  for (size_t l = 0; l < e.coverage.size(); l++) {
+    s += fmt::format("<tr><td>{:g}</td><td>{}</td>", e.coverage[l].first, F(e.coverage[l].second));
+    for (const auto& m : d.coverage->members) {
+      s += "<td>" + (l < m.coverage.size() ? F(m.coverage[l].second) : "&ndash;") + "</td>";
+    }
+    s += "</tr>";
+  }
+  s += fmt::format(
+      "</table><p>RMSE {:.4f}, MAE {:.4f}, NLL {:.4f}, calibration error {:.4f}</p></section>\n",
+      e.rmse, e.mae, e.nll, e.calibration_error);
+  return s;
+}
+
 std::string ReliabilitySection(const ReportData& d) {
+  if (d.coverage) return CoverageSection(d);
   std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
   if (!d.reliability) {
     return s + "<p class=\"muted\">No reliability diagram: " + Escape(d.reliability_error) +

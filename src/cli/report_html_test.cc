@@ -77,6 +77,69 @@ TEST(ReportHtmlTest, EverySectionAndChart) {
   EXPECT_EQ(h.find("data-chart=\"reliability\""), std::string::npos);
 }
 
+// OneRound as a regression run: regression metrics, no classes, the coverage of its intervals.
+ReportData OneRegressionRound() {
+  ReportData d = OneRound();
+  d.regression = true;
+  d.strategy = "max_deviation";
+  ReportRound& r = d.rounds[0];
+  r.record.test = {};
+  r.record.test.rmse = 0.25;
+  r.record.test.mae = 0.2;
+  r.record.test.nll = 1.5;
+  r.record.test.calibration_error = 0.125;
+  r.member_metrics = {{"a", {{"rmse", 0.3}, {"mae", 0.22}}}};
+  r.picks = {{7, 0.9}, {8, 0.5}, {9, 0.1}};
+  r.pick_labels = {std::nullopt, std::nullopt, std::nullopt};
+  loop::EnsembleRegressionMetrics m;
+  m.ensemble.count = 40;
+  m.ensemble.rmse = 0.25;
+  m.ensemble.calibration_error = 0.125;
+  for (double level : loop::kCoverageLevels) m.ensemble.coverage.emplace_back(level, level / 2);
+  m.members = {m.ensemble, m.ensemble};
+  d.coverage = m;
+  d.coverage_members = {"a", "b"};
+  d.reliability_round = 0;
+  d.reliability_members = 2;
+  return d;
+}
+
+TEST(ReportHtmlTest, ARegressionRunShowsRegressionMetricsAndCoverage) {
+  const std::string h = RenderReportHtml(OneRegressionRound());
+  for (const char* chart :
+       {"rmse-by-round", "rmse-by-labels", "mae-by-round", "nll-by-labels", "calibration-by-round",
+        "calibration-by-labels", "picks-by-score", "coverage"}) {
+    EXPECT_NE(h.find(std::string("data-chart=\"") + chart + "\""), std::string::npos) << chart;
+  }
+  for (const char* chart : {"accuracy-by-round", "ece-by-round", "picks-by-class",
+                            "reliability-counts", "data-chart=\"reliability\""}) {
+    EXPECT_EQ(h.find(chart), std::string::npos) << chart;
+  }
+  EXPECT_NE(h.find("Interval coverage, round 0 (calibration error 0.1250)"), std::string::npos);
+  EXPECT_NE(h.find("test RMSE after round 0"), std::string::npos);
+  EXPECT_NE(h.find("Regression run: no classes."), std::string::npos);
+  // The table: the ensemble's four numbers and member a's RMSE; b has none.
+  EXPECT_NE(h.find("<td>0.2500</td><td>0.2000</td><td>1.5000</td><td>0.1250</td><td>0.3000</td>"
+                   "<td>&ndash;</td>"),
+            std::string::npos);
+  // Three picks from 0.1 to 0.9 in ten ranges: the first, the middle and the last.
+  EXPECT_NE(h.find("scores from 0.1 to 0.9 in 10 ranges of 0.08"), std::string::npos);
+  // The coverage table: one row per level, ensemble then members.
+  EXPECT_NE(h.find("<tr><td>0.95</td><td>0.4750</td><td>0.4750</td><td>0.4750</td></tr>"),
+            std::string::npos);
+}
+
+TEST(ReportHtmlTest, ARegressionRunWithoutCoverageSaysWhy) {
+  ReportData d = OneRegressionRound();
+  d.coverage.reset();
+  d.reliability_error = "the members of round 0 wrote no test predictions";
+  const std::string h = RenderReportHtml(d);
+  EXPECT_NE(h.find("No reliability diagram: the members of round 0 wrote no test predictions."),
+            std::string::npos);
+  d.rounds[0].picks.clear();
+  EXPECT_NE(RenderReportHtml(d).find("No round has acquired samples yet."), std::string::npos);
+}
+
 TEST(ReportHtmlTest, RunningRunReloads) {
   ReportData d = OneRound();
   d.status = "running";

@@ -313,6 +313,46 @@ Result<EnsembleRegressionMetrics> ComputeRegressionMetrics(const RegressionPredi
   return out;
 }
 
+Result<RegressionUncertainty> ComputeRegressionUncertainty(
+    const RegressionPredictions& predictions) {
+  COHORT_RETURN_IF_ERROR(ValidateRegressionPredictions(predictions));
+  const RegressionPredictions& p = predictions;
+  const double inv_m = 1.0 / static_cast<double>(p.members);
+  RegressionUncertainty u;
+  u.samples = p.samples;
+  u.outputs = p.outputs;
+  const auto n = static_cast<size_t>(p.samples * p.outputs);
+  u.mean.resize(n);
+  u.aleatoric.resize(n);
+  u.epistemic.resize(n);
+  u.total.resize(n);
+  for (int64_t i = 0; i < p.samples; i++) {
+    for (int64_t d = 0; d < p.outputs; d++) {
+      // Two passes, as in ScoreRegression: no cancellation when the means are large and close.
+      double mean = 0;
+      double aleatoric = 0;
+      for (int64_t m = 0; m < p.members; m++) {
+        mean += p.mean(m, i)[d];
+        aleatoric += p.variance(m, i)[d];
+      }
+      mean *= inv_m;
+      aleatoric *= inv_m;
+      double spread = 0;
+      for (int64_t m = 0; m < p.members; m++) {
+        const double dev = p.mean(m, i)[d] - mean;
+        spread += dev * dev;
+      }
+      spread *= inv_m;
+      const auto k = static_cast<size_t>(i * p.outputs + d);
+      u.mean[k] = mean;
+      u.aleatoric[k] = aleatoric;
+      u.epistemic[k] = spread;
+      u.total[k] = aleatoric + spread;
+    }
+  }
+  return u;
+}
+
 const std::vector<std::string>& RegressionStrategies() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;

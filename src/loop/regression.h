@@ -118,6 +118,25 @@ struct EnsembleRegressionMetrics {
 Result<EnsembleRegressionMetrics> ComputeRegressionMetrics(const RegressionPredictions& predictions,
                                                            std::span<const float> targets);
 
+// What an ensemble says about each sample's targets (`cohort predict RUN_DIR` on a regression
+// run; docs/cli.md): per (sample, component), [i * outputs + d], the moments of the members'
+// equal-weight mixture and how its variance splits. The aleatoric part is the noise the
+// members themselves predict; the epistemic part is their disagreement, which more labels
+// near the sample would shrink (Lakshminarayanan et al. 2017).
+struct RegressionUncertainty {
+  int64_t samples = 0, outputs = 0;
+  std::vector<double> mean;       // mean over members of their means
+  std::vector<double> aleatoric;  // mean over members of their variances
+  std::vector<double> epistemic;  // population variance (divide by M) over members of their means
+  std::vector<double> total;      // aleatoric + epistemic: the mixture's variance
+};
+
+// Validates the predictions (ValidateRegressionPredictions) and computes the above, summing in
+// member order in double as ScoreRegression does: its `variance` score of a sample is the mean
+// over components of `total`, its max_deviation the largest sqrt(epistemic).
+Result<RegressionUncertainty> ComputeRegressionUncertainty(
+    const RegressionPredictions& predictions);
+
 // The strategy names ScoreRegression accepts: random, max_deviation, mean_deviation, variance.
 // The one list, for config checks and error messages.
 const std::vector<std::string>& RegressionStrategies();

@@ -110,6 +110,36 @@ TEST(RegressionTest, VarianceIsTheTotalPredictiveVariance) {
   ExpectNear(ScoreOk("variance", t.view), {2.5, 0.9375, 2.75}, 1e-12);
 }
 
+TEST(RegressionTest, UncertaintySplitsTheMixtureVarianceByHand) {
+  // Per (sample, component): mean of the means, mean of the variances, population variance of
+  // the means (see MaxDeviationIsTheLargestSpreadOfTheMeans for their spreads).
+  Table t = ThreeSamples();
+  auto u = ComputeRegressionUncertainty(t.view);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->samples, 3);
+  EXPECT_EQ(u->outputs, 2);
+  ExpectNear(u->mean, {1, 2, 1, 0, 2, 0.5}, 1e-12);
+  ExpectNear(u->aleatoric, {1, 4, 0.25, 0.625, 1.25, 1}, 1e-12);
+  ExpectNear(u->epistemic, {0, 0, 1, 0, 1, 2.25}, 1e-12);
+  ExpectNear(u->total, {1, 4, 1.25, 0.625, 2.25, 3.25}, 1e-12);
+  // The acquisition scores are these numbers, summarised per sample.
+  const std::vector<double> variance = ScoreOk("variance", t.view);
+  const std::vector<double> max_deviation = ScoreOk("max_deviation", t.view);
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_NEAR(variance[i], (u->total[2 * i] + u->total[2 * i + 1]) / 2, 1e-12);
+    EXPECT_NEAR(max_deviation[i], std::sqrt(std::max(u->epistemic[2 * i], u->epistemic[2 * i + 1])),
+                1e-12);
+  }
+}
+
+TEST(RegressionTest, UncertaintyRefusesInvalidPredictions) {
+  Table t = MakeTable({0, -1}, 1, 1, 1);
+  auto u = ComputeRegressionUncertainty(t.view);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.status().message(),
+            "member 0 row 0: variance of component 0 is -1.000000 (must be finite and >= 0)");
+}
+
 TEST(RegressionTest, RandomScoresZero) {
   Table t = ThreeSamples();
   EXPECT_EQ(ScoreOk("random", t.view), (std::vector<double>{0, 0, 0}));
