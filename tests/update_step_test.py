@@ -298,6 +298,78 @@ class UpdateSteps(LoopCase):
                 self.assertEqual(proc.returncode, 1, proc.stderr)
                 self.assertIn(message, error_line(proc))
 
+    def import_config(self, rounds):
+        step = '[[update]]\nkind = "import_new"\ndirectory = "incoming"\n'
+        return write_config(self.dir, rounds=rounds, k=20, members=loop_test.MEMBERS[:1],
+                            devices=1, strategy="entropy", epochs=1, oracle=step)
+
+    def drop_files(self, name, rows, seed):
+        incoming = os.path.join(self.dir, "incoming")
+        os.makedirs(incoming, exist_ok=True)
+        rng = np.random.default_rng(seed)
+        np.save(os.path.join(incoming, f"{name}.npy"),
+                rng.integers(0, 256, size=(rows, 28, 28), dtype=np.uint8))
+        np.save(os.path.join(incoming, f"{name}.labels.npy"), rng.integers(0, 10, size=rows))
+
+    def train_rows(self, generation=None):
+        store = cohort_store.open(os.path.join(self.run_dir(), "store"), generation=generation)
+        return len(store.table("train"))
+
+    def test_import_new_takes_each_new_file_once(self):
+        self.drop_files("a", 5, 1)
+        self.drop_files(".partial", 7, 2)  # still being written: hidden names are left alone
+        config = self.import_config(rounds=2)
+        # Killed right after the step's commit: the resume must not import a.npy again.
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=self.env(COHORT_CRASH_AT="update-committed"))
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("train: 5 added; files: a.npy (5) (committed before the restart)",
+                      proc.stdout)
+        self.assertEqual(self.train_rows(), TRAIN + 5)
+        store = cohort_store.open(os.path.join(self.run_dir(), "store"))
+        self.assertIn("update step 1 (import_new): train: 5 added; files: a.npy (5)", store.note)
+        # A new file arrives; the run goes on (a larger max_rounds is a safe change) and takes
+        # only the new one.
+        self.drop_files("c", 3, 3)
+        config = self.import_config(rounds=3)
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("files: c.npy (3)", proc.stdout)
+        self.assertEqual(self.train_rows(), TRAIN + 8)
+        labels = np.load(os.path.join(self.dir, "incoming", "c.labels.npy"))
+        train = cohort_store.open(os.path.join(self.run_dir(), "store")).table("train")
+        self.assertEqual(np.asarray(train.labels)[-3:].tolist(), labels.tolist())
+        # Nothing new: the step says so and commits nothing.
+        config = self.import_config(rounds=4)
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("no new files in", proc.stdout)
+        self.assertEqual(self.train_rows(), TRAIN + 8)
+
+    def test_import_new_refuses_what_the_table_cannot_take(self):
+        incoming = os.path.join(self.dir, "incoming")
+        os.makedirs(incoming)
+        np.save(os.path.join(incoming, "x.npy"), np.zeros((2, 28, 28), dtype=np.uint8))
+        config = self.import_config(rounds=2)
+        proc = self.run_loop(config, expect=1, env=self.env())
+        self.assertIn("update step 1 (import_new): import_new: ", error_line(proc))
+        self.assertIn("x.npy: table 'train' has labels: put them in x.labels.npy",
+                      error_line(proc))
+        self.assertEqual(self.status(self.run_dir())["rounds"][0]["status"], "failed")
+        os.remove(os.path.join(incoming, "x.npy"))
+        with open(os.path.join(incoming, "y.csv"), "w") as f:
+            f.write("a,b,label\n1,2,3\n")
+        proc = self.run_loop(config, expect=1, env=self.env())
+        self.assertIn("y.csv: features are float32 but table 'train' stores uint8",
+                      error_line(proc))
+        os.remove(os.path.join(incoming, "y.csv"))
+        self.drop_files("z", 2, 5)
+        np.save(os.path.join(incoming, "z.labels.npy"), np.array([3, 12]))
+        proc = self.run_loop(config, expect=1, env=self.env())
+        self.assertIn("outside [0, 10)", error_line(proc))
+        # Fixed, the same run goes on.
+        self.drop_files("z", 2, 5)
+        self.run_loop(config, env=self.env())
+        self.assertEqual(self.train_rows(), TRAIN + 2)
+
 
 def main():
     loop_test.COHORT = os.path.abspath(sys.argv[1])

@@ -836,13 +836,13 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
   step.line = LineOf(t);
   Reader u(e, &t, prefix, step.line,
            {"kind", "name", "command", "timeout_s", "threshold", "agreement", "max_per_round",
-            "max_per_class"});
+            "max_per_class", "directory", "table", "label_column"});
   std::string kind;
   if (!u.String("kind", &kind)) {
-    if (u.ok()) u.Missing("kind", "one of acquire, command, pseudo_label");
+    if (u.ok()) u.Missing("kind", "one of acquire, command, pseudo_label, import_new");
     return false;
   }
-  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label"};
+  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label", "import_new"};
   if (kind != "command") {
     for (const char* key : {"command", "timeout_s"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"command\"");
@@ -851,6 +851,11 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
   if (kind != "pseudo_label") {
     for (const char* key : {"threshold", "agreement", "max_per_round", "max_per_class"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"pseudo_label\"");
+    }
+  }
+  if (kind != "import_new") {
+    for (const char* key : {"directory", "table", "label_column"}) {
+      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"import_new\"");
     }
   }
   if (!u.ok()) return false;
@@ -874,6 +879,15 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
         !(step.timeout_s >= 0 && step.timeout_s <= kMaxSeconds)) {
       u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
     }
+  } else if (kind == "import_new") {
+    step.kind = UpdateStepConfig::Kind::kImportNew;
+    if (!u.String("directory", &step.directory)) {
+      if (u.ok()) u.Missing("directory", "where new .npy and .csv files arrive");
+    } else {
+      step.directory = Resolve(base, step.directory);
+    }
+    if (!u.String("table", &step.table)) step.table = c->store.train;
+    u.String("label_column", &step.label_column);
   } else if (kind == "pseudo_label") {
     step.kind = UpdateStepConfig::Kind::kPseudoLabel;
     if (!u.Number("threshold", &step.threshold)) {
@@ -1080,6 +1094,8 @@ const char* UpdateKindName(UpdateStepConfig::Kind kind) {
       return "command";
     case UpdateStepConfig::Kind::kPseudoLabel:
       return "pseudo_label";
+    case UpdateStepConfig::Kind::kImportNew:
+      return "import_new";
     case UpdateStepConfig::Kind::kAcquire:
       break;
   }
@@ -1252,6 +1268,11 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
       if (u.kind == UpdateStepConfig::Kind::kCommand) {
         step["command"] = u.command;
         if (u.timeout_s > 0) step["timeout_s"] = u.timeout_s;
+      }
+      if (u.kind == UpdateStepConfig::Kind::kImportNew) {
+        step["directory"] = u.directory;
+        step["table"] = u.table;
+        step["label_column"] = u.label_column;
       }
       if (u.kind == UpdateStepConfig::Kind::kPseudoLabel) {
         step["threshold"] = u.threshold;

@@ -82,7 +82,7 @@ const char* OracleKindName(OracleConfig::Kind kind);
 // members are scored (docs/updates.md). Without any [[update]] table a run has one `acquire`
 // step: today's strategy + oracle, configured by [acquisition] and [oracle].
 struct UpdateStepConfig {
-  enum class Kind { kAcquire, kCommand, kPseudoLabel };
+  enum class Kind { kAcquire, kCommand, kPseudoLabel, kImportNew };
   Kind kind = Kind::kAcquire;
   std::string name;                  // for messages; default the kind, or the program's name
   std::vector<std::string> command;  // argv, kCommand only; resolved like the oracle's
@@ -95,6 +95,11 @@ struct UpdateStepConfig {
   bool agreement = false;
   int64_t max_per_round = 0;
   int64_t max_per_class = 0;
+  // kImportNew: every .npy / .csv file in `directory` not imported before joins `table`, once
+  // (update_step.h); a CSV's labels are in its `label_column`.
+  std::string directory;  // absolute (resolved against the config file's directory)
+  std::string table;      // default: the store's train table
+  std::string label_column = "label";
   int line = 0;  // the [[update]] header's line
 };
 const char* UpdateKindName(UpdateStepConfig::Kind kind);

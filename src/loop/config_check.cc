@@ -26,10 +26,12 @@ std::string ModelWhere(const LoopConfig& config, size_t index) {
   return fmt::format("{}:{}: {}", config.path, m.model_line, m.model_field);
 }
 
-// The strategy and the stop target must be of the run's kind: a classification strategy has
-// no class probabilities to score in a regression run, and a target the run never computes
+// The strategy, the update steps and the stop target must fit the run's kind and store: a
+// classification strategy has no class probabilities to score in a regression run, a
+// pseudo-label needs classes, import_new a table to join, and a target the run never computes
 // would never end it.
-Status CheckStrategyAndTargetFit(const LoopConfig& config, const RunTask& task) {
+Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
+                        const store::Snapshot& snap) {
   const std::vector<std::string>& strategies =
       task.regression ? RegressionStrategies() : AcquisitionStrategies();
   const std::string& strategy = config.acquisition.strategy;
@@ -49,6 +51,12 @@ Status CheckStrategyAndTargetFit(const LoopConfig& config, const RunTask& task) 
         config.path, strategy, task.Describe(), config.store.train, names));
   }
   for (const UpdateStepConfig& u : config.updates) {
+    if (u.kind == UpdateStepConfig::Kind::kImportNew && !snap.has_table(u.table)) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: update: import_new: table '{}' is not in the store (create it with `cohort data "
+          "import`, so its features and labels have a schema the new files must match)",
+          config.path, u.line, u.table));
+    }
     if (u.kind == UpdateStepConfig::Kind::kPseudoLabel && task.regression) {
       return Status::InvalidArgument(fmt::format(
           "{}:{}: update: pseudo_label gives pool samples the ensemble's class, and a {} has "
@@ -103,7 +111,7 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
         where, config.store.test, test->schema().ToString(), config.store.train,
         train->schema().ToString()));
   }
-  COHORT_RETURN_IF_ERROR(CheckStrategyAndTargetFit(config, task));
+  COHORT_RETURN_IF_ERROR(CheckRunKindFits(config, task, snap));
   for (const store::Table* t : {pool, test}) {
     if (t->schema().feature_dtype != train->schema().feature_dtype ||
         t->schema().feature_shape != train->schema().feature_shape) {
