@@ -843,17 +843,19 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
     return false;
   }
   const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label", "import_new"};
-  if (kind != "command") {
+  // Settings of another kind, once the kind itself is known (an unknown one is said first).
+  const bool known = std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+  if (known && kind != "command") {
     for (const char* key : {"command", "timeout_s"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"command\"");
     }
   }
-  if (kind != "pseudo_label") {
+  if (known && kind != "pseudo_label") {
     for (const char* key : {"threshold", "agreement", "max_per_round", "max_per_class"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"pseudo_label\"");
     }
   }
-  if (kind != "import_new") {
+  if (known && kind != "import_new") {
     for (const char* key : {"directory", "table", "label_column"}) {
       if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"import_new\"");
     }

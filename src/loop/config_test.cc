@@ -438,11 +438,17 @@ TEST(LoopConfigTest, BadUpdateSteps) {
   const std::string base = std::string(kFull) + "\n[[update]]\n";
   EXPECT_EQ(Error(base + "kind = \"comand\"\ncommand = [\"x\"]\n"),
             "dir/loop.toml:40: update[1].kind: unknown update step 'comand' (did you mean "
-            "command?); one of acquire, command");
+            "command?); one of acquire, command, pseudo_label, import_new");
   EXPECT_EQ(Error(base + "kind = \"command\"\ncomand = [\"x\"]\n"),
             "dir/loop.toml:41: update[1].comand: unknown field (did you mean command?)");
   EXPECT_EQ(Error(base + "command = [\"x\"]\n"),
-            "dir/loop.toml:39: update[1].kind: missing (one of acquire, command)");
+            "dir/loop.toml:39: update[1].kind: missing (one of acquire, command, pseudo_label, "
+            "import_new)");
+  EXPECT_EQ(Error(base + "kind = \"pseudo_label\"\nthreshold = 0.9\ndirectory = \"in\"\n"),
+            "dir/loop.toml:42: update[1].directory: only for kind = \"import_new\"");
+  EXPECT_EQ(Error(base + "kind = \"import_new\"\n"),
+            "dir/loop.toml:39: update[1].directory: missing (where new .npy and .csv files "
+            "arrive)");
   EXPECT_EQ(Error(base + "kind = \"command\"\n"),
             "dir/loop.toml:40: update[1].kind: kind = \"command\" needs command = "
             "[\"program\", \"arg\", ...]");
