@@ -1158,11 +1158,58 @@ int LineNestedTooDeep(std::string_view text) {
   return 0;
 }
 
+// The offset of the first byte of `text` that does not start or continue a well-formed UTF-8
+// sequence (no overlong forms, no surrogates, nothing past U+10FFFF); npos when it is all
+// valid. TOML files are UTF-8, and toml11 (3.7) reads past its buffer on an invalid sequence
+// inside a multi-line literal string (found by the loop_config fuzzer), so none reaches it.
+size_t FirstInvalidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    size_t length = 0;
+    unsigned char low = 0x80;
+    unsigned char high = 0xBF;
+    if (b < 0x80) {
+      i++;
+      continue;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      length = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      length = 3;
+      if (b == 0xE0) low = 0xA0;   // overlong
+      if (b == 0xED) high = 0x9F;  // surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      length = 4;
+      if (b == 0xF0) low = 0x90;   // overlong
+      if (b == 0xF4) high = 0x8F;  // past U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + length > text.size()) return i;
+    for (size_t k = 1; k < length; k++) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if (c < (k == 1 ? low : 0x80) || c > (k == 1 ? high : 0xBF)) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 Result<LoopConfig> ParseLoopConfig(const std::string& text, const std::string& path,
                                    const std::string& base_dir) {
   Errors errors{path, Status::OK()};
+  if (size_t at = FirstInvalidUtf8(text); at != std::string_view::npos) {
+    const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+    const size_t column = at - (line_start == std::string::npos || at == 0 ? 0 : line_start + 1);
+    const auto line =
+        1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    errors.Fail(static_cast<int>(line), "syntax",
+                fmt::format("not valid UTF-8 (byte 0x{:02x} at column {}); a TOML file is UTF-8",
+                            static_cast<unsigned char>(text[at]), column + 1));
+    return errors.status;
+  }
   if (int line = LineNestedTooDeep(text); line > 0) {
     errors.Fail(line, "syntax",
                 "keys, arrays or inline tables nested deeper than " +

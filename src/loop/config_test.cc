@@ -199,6 +199,24 @@ TEST(LoopConfigTest, SyntaxError) {
   EXPECT_EQ(m.rfind("dir/loop.toml:33: syntax: ", 0), 0u) << m;
 }
 
+// Found by the loop_config fuzzer in CI: an invalid UTF-8 byte inside a multi-line literal
+// string made toml11 read past its buffer (fuzz/findings/loop_config-asan-toml11-ml-literal).
+// Invalid UTF-8 anywhere is refused before the parser sees it, with its line and column.
+TEST(LoopConfigTest, InvalidUtf8IsRefusedWithItsLineAndColumn) {
+  const std::string full = kFull;
+  const int line = static_cast<int>(std::count(full.begin(), full.end(), '\n')) + 2;
+  EXPECT_EQ(Error(full + "\nnote = \'\'\'ab\x99" "c\'\'\'\n"),
+            "dir/loop.toml:" + std::to_string(line) +
+                ": syntax: not valid UTF-8 (byte 0x99 at column 13); a TOML file is UTF-8");
+  for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82", "\xFF"}) {
+    EXPECT_NE(Error(full + "\n# " + bad + "\n").find("not valid UTF-8"), std::string::npos) << bad;
+  }
+  // Well-formed multi-byte text (in a comment and a string) is fine.
+  auto c = ParseLoopConfig(full + "\n# caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x99\x82\n",
+                           "dir/loop.toml", "/base");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
 TEST(LoopConfigTest, TooDeepNestingIsRefusedWithItsLine) {
   // An array nested 100,000 deep once crashed the TOML parser (stack overflow).
   std::string deep = "# a comment with [[[[ brackets\nnote = \"[[[{{{\"\nx = \'\'\'\n[[[\'\'\'\n" +
