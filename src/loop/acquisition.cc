@@ -62,8 +62,11 @@ double Entropy(const double* p, int64_t n) {
   return h;
 }
 
-std::string Where(int64_t member, int64_t sample, std::span<const std::string> member_names,
-                  std::span<const uint64_t> sample_ids) {
+}  // namespace
+
+std::string DescribePredictionRow(int64_t member, int64_t sample,
+                                  std::span<const std::string> member_names,
+                                  std::span<const uint64_t> sample_ids) {
   auto m = static_cast<size_t>(member);
   auto i = static_cast<size_t>(sample);
   std::string who =
@@ -74,7 +77,15 @@ std::string Where(int64_t member, int64_t sample, std::span<const std::string> m
   return who + " " + what;
 }
 
-}  // namespace
+std::optional<uint64_t> PredictionElementCount(std::initializer_list<int64_t> dims) {
+  const auto max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t n = 1;
+  for (int64_t d : dims) {
+    if (d != 0 && n > max / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
 
 Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& data, int64_t members,
                                                     int64_t samples, int64_t classes) {
@@ -82,15 +93,9 @@ Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& da
     return Status::InvalidArgument("negative prediction shape (" + std::to_string(members) + ", " +
                                    std::to_string(samples) + ", " + std::to_string(classes) + ")");
   }
-  // Refuse shapes whose element count overflows int64.
-  const auto max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  uint64_t n = static_cast<uint64_t>(members);
-  for (int64_t d : {samples, classes}) {
-    if (d != 0 && n > max / static_cast<uint64_t>(d)) {
-      return Status::InvalidArgument("prediction shape overflows");
-    }
-    n *= static_cast<uint64_t>(d);
-  }
+  const std::optional<uint64_t> count = PredictionElementCount({members, samples, classes});
+  if (!count) return Status::InvalidArgument("prediction shape overflows");
+  const uint64_t n = *count;
   if (n != data.size()) {
     return Status::InvalidArgument("predictions hold " + std::to_string(data.size()) +
                                    " values, shape (" + std::to_string(members) + ", " +
@@ -127,14 +132,14 @@ Status ValidatePredictions(const EnsemblePredictions& predictions,
       for (int64_t c = 0; c < p.classes; c++) {
         const float v = row[c];
         if (!std::isfinite(v) || v < 0) {
-          return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+          return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
                                          ": probability of class " + std::to_string(c) + " is " +
                                          std::to_string(v));
         }
         sum += v;
       }
       if (std::abs(sum - 1.0) > kProbabilitySumTolerance) {
-        return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+        return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
                                        ": probabilities sum to " + std::to_string(sum) + ", not 1");
       }
     }

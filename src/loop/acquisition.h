@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,6 +43,16 @@ struct EnsemblePredictions {
 // the view. Checks the shape only; ValidatePredictions checks the values.
 Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& data, int64_t members,
                                                     int64_t samples, int64_t classes);
+
+// "member cnn-b row 1 (sample id 101)", or "member 1 row 1" without names and ids: how every
+// check of member prediction files (class probabilities, regression moments) names a row.
+std::string DescribePredictionRow(int64_t member, int64_t sample,
+                                  std::span<const std::string> member_names = {},
+                                  std::span<const uint64_t> sample_ids = {});
+
+// The product of a prediction array's dimensions (all >= 0), or nullopt when it overflows
+// int64: the shape check before a view is made over caller memory.
+std::optional<uint64_t> PredictionElementCount(std::initializer_list<int64_t> dims);
 
 // Rows each summing to 1 within this tolerance are accepted as probability vectors.
 inline constexpr double kProbabilitySumTolerance = 1e-3;

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
+
+#include "loop/acquisition.h"
 
 namespace cohort::loop {
 namespace {
@@ -39,20 +42,6 @@ Result<RegressionStrategy> ParseRegressionStrategy(const std::string& name) {
   }
   return Status::InvalidArgument("unknown regression acquisition strategy '" + name +
                                  "' (valid: " + valid + ")");
-}
-
-// "member cnn-b row 1 (sample id 101)" or "member 1 row 1": the wording ValidatePredictions
-// uses, so both kinds of prediction file report errors alike.
-std::string Where(int64_t member, int64_t sample, std::span<const std::string> member_names,
-                  std::span<const uint64_t> sample_ids) {
-  auto m = static_cast<size_t>(member);
-  auto i = static_cast<size_t>(sample);
-  std::string who =
-      m < member_names.size() ? "member " + member_names[m] : "member " + std::to_string(member);
-  std::string what = i < sample_ids.size() ? "row " + std::to_string(sample) + " (sample id " +
-                                                 std::to_string(sample_ids[i]) + ")"
-                                           : "row " + std::to_string(sample);
-  return who + " " + what;
 }
 
 // 0.5 * (ln(2 pi v) + e^2 / v), v floored: one component's Gaussian NLL, written as
@@ -161,15 +150,12 @@ Result<RegressionPredictions> MakeRegressionPredictions(const std::vector<float>
   if (members < 0 || samples < 0 || outputs < 0) {
     return Status::InvalidArgument("negative regression prediction shape " + shape);
   }
-  // Refuse shapes whose element count overflows int64.
-  const auto max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  auto n = static_cast<uint64_t>(members);
-  for (int64_t d : {samples, int64_t{2}, outputs}) {
-    if (d != 0 && n > max / static_cast<uint64_t>(d)) {
-      return Status::InvalidArgument("regression prediction shape " + shape + " overflows");
-    }
-    n *= static_cast<uint64_t>(d);
+  const std::optional<uint64_t> count =
+      PredictionElementCount({members, samples, int64_t{2}, outputs});
+  if (!count) {
+    return Status::InvalidArgument("regression prediction shape " + shape + " overflows");
   }
+  const uint64_t n = *count;
   if (n != data.size()) {
     return Status::InvalidArgument("regression predictions hold " + std::to_string(data.size()) +
                                    " values, shape " + shape + " needs " + std::to_string(n));
@@ -204,12 +190,12 @@ Status ValidateRegressionPredictions(const RegressionPredictions& predictions,
       const float* variance = p.variance(m, i);
       for (int64_t d = 0; d < p.outputs; d++) {
         if (!std::isfinite(mean[d])) {
-          return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+          return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
                                          ": mean of component " + std::to_string(d) + " is " +
                                          std::to_string(mean[d]));
         }
         if (!std::isfinite(variance[d]) || variance[d] < 0) {
-          return Status::InvalidArgument(Where(m, i, member_names, sample_ids) +
+          return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
                                          ": variance of component " + std::to_string(d) + " is " +
                                          std::to_string(variance[d]) +
                                          " (must be finite and >= 0)");
