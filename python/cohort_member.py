@@ -516,17 +516,28 @@ class Round:
             raise ValueError(f"{name}: negative variance {arr[:, 1].min():g} in [:, 1]")
         return arr
 
-    def write_predictions(self, pool: Any, test: Any) -> None:
-        """Checks and writes both prediction files where the spec says (atomically).
+    @property
+    def predicts_train(self) -> bool:
+        """True when this round's update steps also read the train table's predictions
+        (``predictions.train`` in the spec, ``COHORT_PREDICT_TRAIN=1``): pass ``train=``."""
+        return "train" in self.spec["predictions"]
+
+    def write_predictions(self, pool: Any, test: Any, train: Any = None) -> None:
+        """Checks and writes the prediction files where the spec says (atomically).
 
         Classification: ``(rows, classes)`` probabilities; regression: ``(rows, 2, *target)``
         with the mean in ``[:, 0]`` and the variance in ``[:, 1]``; rows in table order, every
         row of the table at the round's generation. Written as float32; a wrong shape, a
         non-finite value, or rows that are not probabilities raise ValueError and write
-        nothing.
+        nothing. ``train`` is required exactly when ``predicts_train``.
         """
+        if self.predicts_train and train is None:
+            raise ValueError("this round's update steps read the train table's predictions "
+                             "(spec predictions.train): pass train=")
         arrays = {"pool": self.check_predictions("pool", pool),
                   "test": self.check_predictions("test", test)}
+        if self.predicts_train:
+            arrays["train"] = self.check_predictions("train", train)
         if arrays["pool"].shape[1:] != arrays["test"].shape[1:]:
             raise ValueError(f"pool predictions {arrays['pool'].shape[1:]} and test predictions "
                              f"{arrays['test'].shape[1:]} differ past the row count")

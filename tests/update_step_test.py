@@ -7,8 +7,11 @@ Run by ctest as: /usr/bin/python3 tests/update_step_test.py COHORT_BINARY SCRATC
 """
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
+import time
 import unittest
 
 import numpy as np
@@ -19,6 +22,7 @@ from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "updates", "drop_and_add.py")
+CURATION = os.path.join(HERE, "..", "examples", "curation", "curation.py")
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import cohort_store  # noqa: E402
 
@@ -369,6 +373,164 @@ class UpdateSteps(LoopCase):
         self.drop_files("z", 2, 5)
         self.run_loop(config, env=self.env())
         self.assertEqual(self.train_rows(), TRAIN + 2)
+
+
+    def test_ctrl_c_twice_while_a_step_program_runs(self):
+        config = update_config(self.dir, rounds=2)
+        proc = self.start(config, env=self.env("hang"))
+        runs = os.path.join(self.dir, "runs.txt")
+        try:
+            self.wait_for(lambda: len(runs_of(runs)) == 1, what="the step's program")
+            time.sleep(0.5)
+        finally:
+            self.interrupt_twice(proc)
+        proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130)  # as docs/cli.md says
+        s = self.status(self.run_dir())
+        self.assertEqual(s["status"], "stopped")
+        self.assertEqual(s["store_generation"], s["rounds"][0]["input_generation"])
+        # Resumed, the round runs its step again (nothing was committed) and the run ends.
+        self.run_loop(config, env=self.env())
+        self.assertEqual(len(runs_of(runs)), 2)
+        self.assertEqual(self.status(self.run_dir())["status"], "finished")
+
+    # ---- relabel_or_drop (curation) on a store whose train labels were flipped on purpose
+
+    def flipped_store(self):
+        """examples/curation's store, small: 600 train images, 60 of them flipped."""
+        store = os.path.join(self.dir, "store")
+        subprocess.run(["/usr/bin/python3", CURATION, "make", loop_test.COHORT, store, "--train",
+                        "600", "--flip", "60"], check=True, stdout=subprocess.DEVNULL)
+        return store
+
+    def curation_config(self, d, store, action="drop", rounds=2):
+        oracle = (f'[oracle]\nkind = "command"\ncommand = ["/usr/bin/python3", "{CURATION}", '
+                  '"label"]\n\n' if action == "relabel" else "")
+        steps = (f'{oracle}[[update]]\nkind = "relabel_or_drop"\nthreshold = 0.1\n'
+                 f'max_per_round = 40\naction = "{action}"\n')
+        path = write_config(d, rounds=rounds, members=loop_test.MEMBERS[:2], devices=2,
+                            strategy="entropy", epochs=4, oracle=steps, source=store)
+        # A run without an acquire step needs no [acquisition] table.
+        with open(path) as f:
+            text = f.read()
+        text = re.sub(r"\[acquisition\]\n(.+\n)+", "", text)
+        self.assertNotIn("[acquisition]", text)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_relabel_or_drop_drops_the_labels_the_ensemble_contradicts(self):
+        store = self.flipped_store()
+        truth = np.load(store + ".truth.npz")
+        flipped = set(truth["flipped"].tolist())
+        ref = os.path.join(self.dir, "ref")
+        proc = self.run_loop(self.curation_config(ref, store), env=self.env())
+        self.assertIn("step 1 (relabel_or_drop): train: ", proc.stdout)
+        run_dir = os.path.join(ref, "runs", "loop")
+        rounds = rounds_of(run_dir)
+        g = rounds[0]["input_generation"]
+        self.assertEqual(rounds[0]["output_generation"], g + 1)
+        before = cohort_store.open(os.path.join(run_dir, "store"), generation=g)
+        after = cohort_store.open(os.path.join(run_dir, "store"), generation=g + 1)
+        self.assertIn("update step 1 (relabel_or_drop): train: ", after.note)
+        dropped = set(before.table("train").ids.tolist()) - set(after.table("train").ids.tolist())
+        # Recomputed from the members' predictions of the train table: the 40 least probable
+        # stored labels below 0.1.
+        db = journal(run_dir)
+        files = [r[0] for r in db.execute(
+            "SELECT json_extract(predictions_json, '$.train') FROM attempts WHERE round = 0 "
+            "AND status = 'done' ORDER BY member")]
+        steps = [dict(r) for r in db.execute(
+            "SELECT round, step, kind, output_generation, summary, counts_json FROM update_steps "
+            "ORDER BY round, step")]
+        db.close()
+        self.assertEqual(len(files), 2)
+        probs = np.stack([np.load(os.path.join(run_dir, f)) for f in files])
+        train = before.table("train")
+        self.assertEqual(probs.shape, (2, len(train), 10))
+        labels = np.asarray(train.labels)
+        p = probs.mean(axis=0)[np.arange(len(train)), labels]
+        order = [i for i in np.argsort(p, kind="stable") if p[i] < 0.1][:40]
+        self.assertEqual(dropped, {int(train.ids[i]) for i in order})
+        self.assertTrue(0 < len(dropped) <= 40)
+        # Most of what the ensemble contradicts was flipped on purpose.
+        self.assertGreater(len(dropped & flipped) / len(dropped), 0.5, dropped)
+        # The journal says what each step did.
+        self.assertEqual([(s["round"], s["step"], s["kind"]) for s in steps],
+                         [(0, 1, "relabel_or_drop")])
+        self.assertEqual(steps[0]["output_generation"], g + 1)
+        self.assertEqual(json.loads(steps[0]["counts_json"])["train"]["removed"], len(dropped))
+        s = self.status(run_dir)
+        self.assertEqual(s["rounds"][0]["updates"][0]["counts"]["train"]["removed"], len(dropped))
+        self.assertIn("round 0 step 1 (relabel_or_drop): train: ",
+                      cohort("status", run_dir).stdout)
+        # Killed right after the step's commit, the run resumes to the same store.
+        d = os.path.join(self.dir, "killed")
+        config = self.curation_config(d, store)
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=self.env(COHORT_CRASH_AT="update-committed"))
+        proc = self.run_loop(config, env=self.env())
+        self.assertIn("committed before the restart", proc.stdout)
+        got = cohort_store.open(os.path.join(d, "runs", "loop", "store"), generation=g + 1)
+        self.assertEqual(got.table("train").ids.tolist(), after.table("train").ids.tolist())
+        db = journal(os.path.join(d, "runs", "loop"))
+        counts = [json.loads(r[0]) for r in db.execute(
+            "SELECT counts_json FROM update_steps WHERE round = 0")]
+        db.close()
+        self.assertEqual(counts[0]["train"]["removed"], len(dropped))
+
+    def test_relabel_or_drop_asks_the_oracle_and_relabels(self):
+        store = self.flipped_store()
+        truth = np.load(store + ".truth.npz")
+        true_of = dict(zip(truth["ids"].tolist(), truth["true"].tolist()))
+        flipped = set(truth["flipped"].tolist())
+        d = os.path.join(self.dir, "relabel")
+        config = self.curation_config(d, store, action="relabel", rounds=3)
+        env = self.env(CURATION_TRUTH=store + ".truth.npz")
+        # Killed after the first round's commit: resumed, the same labels.
+        self.run_loop(config, expect=-signal.SIGKILL,
+                      env=dict(env, COHORT_CRASH_AT="update-committed"))
+        proc = self.run_loop(config, env=env)
+        self.assertIn("the oracle kept", proc.stdout)
+        run_dir = os.path.join(d, "runs", "loop")
+        asked = set()
+        for rnd in (0, 1):
+            ids = np.load(os.path.join(run_dir, "updates", f"round-{rnd:04d}", "step-1", "oracle",
+                                       "ids.npy"))
+            self.assertTrue(0 < len(ids) <= 40)
+            asked |= set(ids.tolist())
+        final = cohort_store.open(os.path.join(run_dir, "store")).table("train")
+        self.assertEqual(len(final), 600)  # relabelled, none dropped
+        label_of = dict(zip(final.ids.tolist(), np.asarray(final.labels).tolist()))
+        for sample_id in asked:
+            self.assertEqual(label_of[sample_id], true_of[sample_id])
+        fixed = sum(1 for i in flipped if label_of[i] == true_of[i])
+        self.assertEqual(fixed, len(asked & flipped))
+        self.assertGreater(fixed, 0)
+        # The example's scorer reports the same precision and recall.
+        score = subprocess.run(["/usr/bin/python3", CURATION, "score", run_dir, "--json"],
+                               check=True, capture_output=True, text=True, env=env)
+        rows = json.loads(score.stdout)
+        self.assertEqual(rows[-1]["flagged_total"], len(asked))
+        self.assertAlmostEqual(rows[-1]["recall"], len(asked & flipped) / len(flipped))
+
+    def test_relabel_or_drop_settings_are_checked(self):
+        for step, message in [
+                ('kind = "relabel_or_drop"\n', "update[1].threshold: missing"),
+                ('kind = "relabel_or_drop"\nthreshold = 1\n', "update[1].threshold: must be in"),
+                ('kind = "relabel_or_drop"\nthreshold = 0.1\naction = "fix"\n',
+                 "update[1].action: unknown action 'fix'"),
+                ('kind = "relabel_or_drop"\nthreshold = 0.1\naction = "relabel"\n',
+                 "update[1].action: \"relabel\" asks the oracle"),
+                ('kind = "relabel_or_drop"\nthreshold = 0.1\nagreement = true\n',
+                 "update[1].agreement: only for kind = \"pseudo_label\""),
+                ('kind = "command"\ncommand = ["x"]\npredict = ["train", "candidates"]\n',
+                 "update[1].predict: expected a list of the tables")]:
+            with self.subTest(step=step):
+                config = write_config(self.dir, oracle="[[update]]\n" + step)
+                proc = cohort("run", config, check=False)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertIn(message, error_line(proc))
 
 
 def main():

@@ -737,10 +737,30 @@ bool NeedsSeveralMembersInAnyRun(const std::string& strategy) {
                        : StrategyNeedsSeveralMembers(strategy);
 }
 
-// After the members: a disagreement strategy needs at least two.
-void ParseAcquisition(Errors* e, Reader& r, LoopConfig* c) {
+// Whether the file's [[update]] steps include acquire, read before they are parsed (the
+// [acquisition] table is required only then); without [[update]] the run acquires.
+bool FileAcquires(const TV& root) {
+  if (!root.is_table()) return true;
+  auto it = root.as_table().find("update");
+  if (it == root.as_table().end() || !it->second.is_array()) return true;
+  for (const TV& step : it->second.as_array()) {
+    if (!step.is_table()) continue;
+    auto kind = step.as_table().find("kind");
+    if (kind != step.as_table().end() && kind->second.is_string() &&
+        kind->second.as_string().str == "acquire") {
+      return true;
+    }
+  }
+  return false;
+}
+
+// After the members: a disagreement strategy needs at least two. `acquires`: the run has an
+// acquire step, so the table is required.
+void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
   const TV* t = r.Table("acquisition");
-  if (t == nullptr && r.ok()) r.Missing("acquisition", "an [acquisition] table");
+  if (t == nullptr && r.ok() && acquires) {
+    r.Missing("acquisition", "an [acquisition] table, for the acquire step");
+  }
   Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
            {"strategy", "batch_size", "seed", "min_score", "max_score"});
   const std::vector<std::string> strategies = AllStrategyNames();
@@ -834,31 +854,41 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
   }
   UpdateStepConfig step;
   step.line = LineOf(t);
-  Reader u(e, &t, prefix, step.line,
-           {"kind", "name", "command", "timeout_s", "threshold", "agreement", "max_per_round",
-            "max_per_class", "directory", "table", "label_column"});
+  // Each setting and the kinds it belongs to.
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kSettings = {
+      {"command", {"command"}},
+      {"timeout_s", {"command"}},
+      {"predict", {"command"}},
+      {"threshold", {"pseudo_label", "relabel_or_drop"}},
+      {"agreement", {"pseudo_label"}},
+      {"max_per_round", {"pseudo_label", "relabel_or_drop"}},
+      {"max_per_class", {"pseudo_label"}},
+      {"action", {"relabel_or_drop"}},
+      {"directory", {"import_new"}},
+      {"table", {"import_new"}},
+      {"label_column", {"import_new"}}};
+  std::vector<std::string> keys = {"kind", "name"};
+  for (const auto& [key, owners] : kSettings) keys.push_back(key);
+  Reader u(e, &t, prefix, step.line, keys);
+  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label", "relabel_or_drop",
+                                          "import_new"};
   std::string kind;
   if (!u.String("kind", &kind)) {
-    if (u.ok()) u.Missing("kind", "one of acquire, command, pseudo_label, import_new");
+    if (u.ok()) u.Missing("kind", "one of " + NameList(kinds));
     return false;
   }
-  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label", "import_new"};
   // Settings of another kind, once the kind itself is known (an unknown one is said first).
   const bool known = std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
-  if (known && kind != "command") {
-    for (const char* key : {"command", "timeout_s"}) {
-      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"command\"");
+  for (const auto& [key, owners] : kSettings) {
+    if (!known || u.Get(key) == nullptr ||
+        std::find(owners.begin(), owners.end(), kind) != owners.end()) {
+      continue;
     }
-  }
-  if (known && kind != "pseudo_label") {
-    for (const char* key : {"threshold", "agreement", "max_per_round", "max_per_class"}) {
-      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"pseudo_label\"");
+    std::string which;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      which += (i == 0 ? "" : i + 1 == owners.size() ? " and " : ", ") + ("\"" + owners[i] + "\"");
     }
-  }
-  if (known && kind != "import_new") {
-    for (const char* key : {"directory", "table", "label_column"}) {
-      if (u.Get(key) != nullptr) u.Fail(key, "only for kind = \"import_new\"");
-    }
+    u.Fail(key, "only for kind = " + which);
   }
   if (!u.ok()) return false;
   if (kind == "acquire") {
@@ -880,6 +910,50 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
     if (u.Number("timeout_s", &step.timeout_s) &&
         !(step.timeout_s >= 0 && step.timeout_s <= kMaxSeconds)) {
       u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
+    }
+    if (const TV* predict = u.Get("predict"); predict != nullptr && u.ok()) {
+      const std::string tables =
+          "a list of the tables the members predict for the program: "
+          "\"train\", \"pool\", \"test\"";
+      if (!predict->is_array()) {
+        u.Fail("predict", "expected " + tables + ", got " + Shown(*predict));
+      } else {
+        for (const TV& entry : predict->as_array()) {
+          const std::string name = entry.is_string() ? entry.as_string().str : "";
+          if (name == "train") {
+            step.predict_train = true;
+          } else if (name != "pool" && name != "test") {
+            u.Fail("predict", "expected " + tables + ", got " + Shown(entry));
+            break;
+          }
+        }
+      }
+    }
+  } else if (kind == "relabel_or_drop") {
+    step.kind = UpdateStepConfig::Kind::kRelabelOrDrop;
+    if (!u.Number("threshold", &step.threshold)) {
+      if (u.ok()) {
+        u.Missing("threshold",
+                  "a train sample is a suspect when the ensemble gives its label a "
+                  "probability below this, in (0, 1)");
+      }
+    } else if (!(step.threshold > 0 && step.threshold < 1)) {
+      u.Fail("threshold", "must be in (0, 1): the ensemble's mean probability of the stored label");
+    }
+    u.Int("max_per_round", &step.max_per_round, 0);
+    std::string action = "drop";
+    if (u.String("action", &action)) {
+      if (action == "relabel") {
+        step.action = UpdateStepConfig::Action::kRelabel;
+        if (c->oracle.kind != OracleConfig::Kind::kCommand) {
+          u.Fail("action",
+                 "\"relabel\" asks the oracle for new labels, and a hidden_labels "
+                 "oracle has none for train samples: set [oracle] kind = \"command\", "
+                 "or action = \"drop\"");
+        }
+      } else if (action != "drop") {
+        u.Fail("action", "unknown action '" + action + "'; one of drop, relabel");
+      }
     }
   } else if (kind == "import_new") {
     step.kind = UpdateStepConfig::Kind::kImportNew;
@@ -1014,10 +1088,16 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
   ParseSlurm(e, r, c);
   const MemberDefaults defaults = ParseMemberDefaults(e, r);
   ParseMembers(e, r, defaults, base, c);
-  ParseAcquisition(e, r, c);
+  ParseAcquisition(e, r, FileAcquires(root), c);
   ParseOracle(e, r, base, &c->oracle);
   ParseUpdates(e, r, base, c);
   ParseStop(e, r, &c->stop);
+  if (e->ok() && !HasAcquireStep(*c) && !c->stop.max_rounds) {
+    const TV* stop = r.Get("stop");
+    e->Fail(stop != nullptr ? LineOf(*stop) : 1, "stop.max_rounds",
+            "missing (a run without an acquire step never runs out of samples to acquire: say "
+            "how many rounds it runs)");
+  }
   ParseFailure(e, r, c);
 }
 
@@ -1090,6 +1170,20 @@ const char* OracleKindName(OracleConfig::Kind kind) {
   return kind == OracleConfig::Kind::kCommand ? "command" : "hidden_labels";
 }
 
+bool HasAcquireStep(const LoopConfig& config) {
+  return config.updates.empty() ||
+         std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+           return u.kind == UpdateStepConfig::Kind::kAcquire;
+         });
+}
+
+bool UpdatesReadTrainPredictions(const LoopConfig& config) {
+  return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+    return u.kind == UpdateStepConfig::Kind::kRelabelOrDrop ||
+           (u.kind == UpdateStepConfig::Kind::kCommand && u.predict_train);
+  });
+}
+
 const char* UpdateKindName(UpdateStepConfig::Kind kind) {
   switch (kind) {
     case UpdateStepConfig::Kind::kCommand:
@@ -1098,6 +1192,8 @@ const char* UpdateKindName(UpdateStepConfig::Kind kind) {
       return "pseudo_label";
     case UpdateStepConfig::Kind::kImportNew:
       return "import_new";
+    case UpdateStepConfig::Kind::kRelabelOrDrop:
+      return "relabel_or_drop";
     case UpdateStepConfig::Kind::kAcquire:
       break;
   }
@@ -1317,6 +1413,12 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
       if (u.kind == UpdateStepConfig::Kind::kCommand) {
         step["command"] = u.command;
         if (u.timeout_s > 0) step["timeout_s"] = u.timeout_s;
+        if (u.predict_train) step["predict"] = json::array({"train"});
+      }
+      if (u.kind == UpdateStepConfig::Kind::kRelabelOrDrop) {
+        step["threshold"] = u.threshold;
+        step["max_per_round"] = u.max_per_round;
+        step["action"] = u.action == UpdateStepConfig::Action::kRelabel ? "relabel" : "drop";
       }
       if (u.kind == UpdateStepConfig::Kind::kImportNew) {
         step["directory"] = u.directory;

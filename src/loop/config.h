@@ -82,11 +82,14 @@ const char* OracleKindName(OracleConfig::Kind kind);
 // members are scored (docs/updates.md). Without any [[update]] table a run has one `acquire`
 // step: today's strategy + oracle, configured by [acquisition] and [oracle].
 struct UpdateStepConfig {
-  enum class Kind { kAcquire, kCommand, kPseudoLabel, kImportNew };
+  enum class Kind { kAcquire, kCommand, kPseudoLabel, kImportNew, kRelabelOrDrop };
   Kind kind = Kind::kAcquire;
   std::string name;                  // for messages; default the kind, or the program's name
   std::vector<std::string> command;  // argv, kCommand only; resolved like the oracle's
   double timeout_s = 0;              // kCommand: killed past this, failing the round; 0: none
+  // kCommand with predict = ["train"]: the members also predict the train table, and the
+  // program finds those files in COHORT_PREDICTIONS (pool and test are always predicted).
+  bool predict_train = false;
   // kPseudoLabel (self-training, pseudo_label.h): pool samples whose ensemble confidence is at
   // least `threshold` (and, with `agreement`, every member's vote is the ensemble's class) move
   // to train with the ensemble's class, the most confident first, at most `max_per_round` in
@@ -95,6 +98,12 @@ struct UpdateStepConfig {
   bool agreement = false;
   int64_t max_per_round = 0;
   int64_t max_per_class = 0;
+  // kRelabelOrDrop (curation, relabel_or_drop.h): train samples whose stored label has an
+  // ensemble probability below `threshold` are suspects, the least probable first, at most
+  // `max_per_round` (0: no cap); `action` drops them from train, or asks the run's command
+  // oracle for their labels and relabels those it answers differently.
+  enum class Action { kDrop, kRelabel };
+  Action action = Action::kDrop;
   // kImportNew: every .npy / .csv file in `directory` not imported before joins `table`, once
   // (update_step.h); a CSV's labels are in its `label_column`.
   std::string directory;  // absolute (resolved against the config file's directory)
@@ -103,6 +112,12 @@ struct UpdateStepConfig {
   int line = 0;  // the [[update]] header's line
 };
 const char* UpdateKindName(UpdateStepConfig::Kind kind);
+struct LoopConfig;
+// Whether the run's update steps include `acquire` (the default single step does).
+bool HasAcquireStep(const LoopConfig& config);
+// Whether an update step reads the members' predictions of the train table, so members predict
+// it in every round that runs the update steps.
+bool UpdatesReadTrainPredictions(const LoopConfig& config);
 
 struct TargetMetric {
   // An ensemble test metric the loop computes every round: accuracy | nll | brier | ece in a

@@ -35,13 +35,7 @@ Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
   const std::vector<std::string>& strategies =
       task.regression ? RegressionStrategies() : AcquisitionStrategies();
   const std::string& strategy = config.acquisition.strategy;
-  // Without [[update]] tables a run has one acquire step.
-  const bool acquires =
-      config.updates.empty() ||
-      std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
-        return u.kind == UpdateStepConfig::Kind::kAcquire;
-      });
-  if (acquires && !strategy.empty() &&
+  if (HasAcquireStep(config) && !strategy.empty() &&
       std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
     std::string names;
     for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s;
@@ -61,6 +55,13 @@ Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
       return Status::InvalidArgument(fmt::format(
           "{}:{}: update: pseudo_label gives pool samples the ensemble's class, and a {} has "
           "no classes",
+          config.path, u.line, task.Describe()));
+    }
+    if (u.kind == UpdateStepConfig::Kind::kRelabelOrDrop && task.regression) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: update: relabel_or_drop judges a stored class by the ensemble's probability "
+          "of it, and a {} has no classes (a command step with predict = [\"train\"] can "
+          "curate regression targets)",
           config.path, u.line, task.Describe()));
     }
   }
@@ -120,14 +121,16 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
                       t->schema().ToString(), train->name(), train->schema().ToString()));
     }
   }
-  if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels && !pool->schema().has_labels()) {
+  // Only the acquire step asks the hidden_labels oracle (relabel_or_drop needs a command one).
+  const bool hidden =
+      config.oracle.kind == OracleConfig::Kind::kHiddenLabels && HasAcquireStep(config);
+  if (hidden && !pool->schema().has_labels()) {
     return Status::InvalidArgument(fmt::format(
         "{}: oracle: hidden_labels needs the pool table '{}' to store labels, but it has {}",
         config.path, config.store.pool, pool->schema().ToString()));
   }
-  if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels &&
-      (pool->schema().label_kind != train->schema().label_kind ||
-       pool->schema().label_shape != train->schema().label_shape)) {
+  if (hidden && (pool->schema().label_kind != train->schema().label_kind ||
+                 pool->schema().label_shape != train->schema().label_shape)) {
     return Status::InvalidArgument(fmt::format(
         "{}: oracle: hidden_labels moves the pool table's labels into the train table, but '{}' "
         "has {} and '{}' has {}",

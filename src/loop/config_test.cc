@@ -205,7 +205,8 @@ TEST(LoopConfigTest, SyntaxError) {
 TEST(LoopConfigTest, InvalidUtf8IsRefusedWithItsLineAndColumn) {
   const std::string full = kFull;
   const int line = static_cast<int>(std::count(full.begin(), full.end(), '\n')) + 2;
-  EXPECT_EQ(Error(full + "\nnote = \'\'\'ab\x99" "c\'\'\'\n"),
+  EXPECT_EQ(Error(full + "\nnote = \'\'\'ab\x99"
+                         "c\'\'\'\n"),
             "dir/loop.toml:" + std::to_string(line) +
                 ": syntax: not valid UTF-8 (byte 0x99 at column 13); a TOML file is UTF-8");
   for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82", "\xFF"}) {
@@ -456,12 +457,12 @@ TEST(LoopConfigTest, BadUpdateSteps) {
   const std::string base = std::string(kFull) + "\n[[update]]\n";
   EXPECT_EQ(Error(base + "kind = \"comand\"\ncommand = [\"x\"]\n"),
             "dir/loop.toml:40: update[1].kind: unknown update step 'comand' (did you mean "
-            "command?); one of acquire, command, pseudo_label, import_new");
+            "command?); one of acquire, command, pseudo_label, relabel_or_drop, import_new");
   EXPECT_EQ(Error(base + "kind = \"command\"\ncomand = [\"x\"]\n"),
             "dir/loop.toml:41: update[1].comand: unknown field (did you mean command?)");
   EXPECT_EQ(Error(base + "command = [\"x\"]\n"),
             "dir/loop.toml:39: update[1].kind: missing (one of acquire, command, pseudo_label, "
-            "import_new)");
+            "relabel_or_drop, import_new)");
   EXPECT_EQ(Error(base + "kind = \"pseudo_label\"\nthreshold = 0.9\ndirectory = \"in\"\n"),
             "dir/loop.toml:42: update[1].directory: only for kind = \"import_new\"");
   EXPECT_EQ(Error(base + "kind = \"import_new\"\n"),
@@ -484,6 +485,60 @@ TEST(LoopConfigTest, BadUpdateSteps) {
   EXPECT_EQ(Error(base + "kind = \"command\"\ncommand = [\"x\"]\nname = \"a b\"\n"),
             "dir/loop.toml:42: update[1].name: 'a b' is not a valid step name: use letters, "
             "digits, '_', '-' and '.', not starting with '.' or '-'");
+}
+
+TEST(LoopConfigTest, RelabelOrDropAndTrainPredictions) {
+  const std::string steps =
+      "\n[oracle]\nkind = \"command\"\ncommand = [\"review\"]\n\n[[update]]\nkind = "
+      "\"relabel_or_drop\"\nthreshold = 0.1\nmax_per_round = 150\naction = \"relabel\"\n\n"
+      "[[update]]\nkind = \"command\"\ncommand = [\"x\"]\npredict = [\"pool\", \"train\"]\n";
+  // Without an acquire step the [acquisition] table may go.
+  const std::string text =
+      Replace(kFull, "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 100\n", "") + steps;
+  auto c = ParseLoopConfig(text, "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->updates.size(), 2u);
+  const UpdateStepConfig& curate = c->updates[0];
+  EXPECT_EQ(curate.kind, UpdateStepConfig::Kind::kRelabelOrDrop);
+  EXPECT_EQ(curate.name, "relabel_or_drop");
+  EXPECT_EQ(curate.threshold, 0.1);
+  EXPECT_EQ(curate.max_per_round, 150);
+  EXPECT_EQ(curate.action, UpdateStepConfig::Action::kRelabel);
+  EXPECT_TRUE(c->updates[1].predict_train);
+  EXPECT_FALSE(HasAcquireStep(*c));
+  EXPECT_TRUE(UpdatesReadTrainPredictions(*c));
+  EXPECT_TRUE(c->acquisition.strategy.empty());
+  // Every setting is part of the fingerprint, so a resume cannot change it.
+  auto other = ParseLoopConfig(Replace(text, "threshold = 0.1", "threshold = 0.2"), "dir/loop.toml",
+                               "/base");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(LoopConfigFingerprint(*c), LoopConfigFingerprint(*other));
+  auto dropping = ParseLoopConfig(Replace(text, "action = \"relabel\"", "action = \"drop\""),
+                                  "dir/loop.toml", "/base");
+  ASSERT_TRUE(dropping.ok());
+  EXPECT_EQ(dropping->updates[0].action, UpdateStepConfig::Action::kDrop);
+  EXPECT_NE(LoopConfigFingerprint(*c), LoopConfigFingerprint(*dropping));
+
+  // ... but an acquire step needs it, and a run without one needs max_rounds.
+  EXPECT_EQ(Error(Replace(text, "kind = \"relabel_or_drop\"", "kind = \"acquire\"")),
+            "dir/loop.toml:1: acquisition: missing (an [acquisition] table, for the acquire step)");
+  EXPECT_EQ(Error(Replace(text, "max_rounds = 4\n", "")),
+            "dir/loop.toml:32: stop.max_rounds: missing (a run without an acquire step never "
+            "runs out of samples to acquire: say how many rounds it runs)");
+  // relabel needs an oracle with labels to give.
+  EXPECT_EQ(Error(Replace(text, "kind = \"command\"\ncommand = [\"review\"]",
+                          "kind = \"hidden_labels\"")),
+            "dir/loop.toml:43: update[1].action: \"relabel\" asks the oracle for new labels, and a "
+            "hidden_labels oracle has none for train samples: set [oracle] kind = \"command\", or "
+            "action = \"drop\"");
+  EXPECT_EQ(Error(Replace(text, "predict = [\"pool\", \"train\"]", "predict = \"train\"")),
+            "dir/loop.toml:49: update[2].predict: expected a list of the tables the members "
+            "predict for the program: \"train\", \"pool\", \"test\", got \"train\"");
+  EXPECT_EQ(Error(Replace(text, "max_per_round = 150", "max_per_class = 150")),
+            "dir/loop.toml:43: update[1].max_per_class: only for kind = \"pseudo_label\"");
+  EXPECT_EQ(Error(Replace(text, "predict = [\"pool\", \"train\"]", "threshold = 0.5")),
+            "dir/loop.toml:49: update[2].threshold: only for kind = \"pseudo_label\" and "
+            "\"relabel_or_drop\"");
 }
 
 TEST(LoopConfigTest, NoStopRule) {

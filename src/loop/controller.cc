@@ -47,11 +47,13 @@ bool HasCommandSteps(const LoopConfig& config) {
   });
 }
 
-// Whether a step reads the members' pool predictions even when the round acquires nothing.
-bool StepsReadThePool(const LoopConfig& config) {
-  return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
-    return u.kind == UpdateStepConfig::Kind::kPseudoLabel;
-  });
+// Whether a step reads the members' pool or train predictions even when the round acquires
+// nothing.
+bool StepsReadPredictions(const LoopConfig& config) {
+  return UpdatesReadTrainPredictions(config) ||
+         std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+           return u.kind == UpdateStepConfig::Kind::kPseudoLabel;
+         });
 }
 
 // How many generations a round may commit: one per update step at most.
@@ -152,11 +154,14 @@ class Controller {
     return sum / static_cast<double>(n);
   }
   PredictionShape ShapeOf(const Tables& t) const {
+    const bool train = UpdatesReadTrainPredictions(config_);
     return PredictionShape{.pool_rows = t.pool->size(),
                            .test_rows = t.test->size(),
+                           .train_rows = train ? t.train->size() : 0,
                            .classes = classes_,
                            .pool_ids = t.pool->Ids(),
                            .test_ids = t.test->Ids(),
+                           .train_ids = train ? t.train->Ids() : std::vector<uint64_t>{},
                            .task = task_};
   }
   // A resumed round trusts a finished attempt only if its prediction files still pass the
@@ -438,8 +443,8 @@ Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
     const MemberResult& r = results[member - config_.members.begin()];
     if (r.attempt != a.attempt || r.predictions_test.empty()) continue;
     std::string dir = fs::path(run_.paths.Absolute(r.predictions_test)).parent_path().string();
-    std::string problem =
-        CheckAttemptPredictions(dir, shape, !r.predictions_pool.empty(), a.member);
+    std::string problem = CheckAttemptPredictions(dir, shape, !r.predictions_pool.empty(),
+                                                  !r.predictions_train.empty(), a.member);
     if (problem.empty()) continue;
     AttemptEnd end;
     end.status = AttemptStatus::kFailed;
@@ -533,11 +538,16 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
                                       std::vector<MemberResult>* results) {
   std::vector<MemberTask> tasks;
   COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
+  const bool train = UpdatesReadTrainPredictions(config_);
   for (size_t i = 0; i < results->size(); ++i) {
-    if (!(*results)[i].done || !(*results)[i].predictions_pool.empty()) continue;
+    const MemberResult& r = (*results)[i];
+    if (!r.done || (!r.predictions_pool.empty() && (!train || !r.predictions_train.empty()))) {
+      continue;
+    }
     MemberTask task;
     task.index = i;
     task.member = &config_.members[i];
+    task.predict_train = train;
     task.next_attempt = NextAttemptNumber(attempts, config_.members[i].name);
     task.attempts_left = static_cast<int>(1 + config_.failure.retries);
     tasks.push_back(task);
@@ -545,8 +555,8 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
   if (tasks.empty()) return Status::OK();
   display_->Note(
       fmt::format("round {}: the run goes on past its planned end: {} member(s) "
-                  "train again to predict the pool",
-                  round, tasks.size()));
+                  "train again to predict the pool{}",
+                  round, tasks.size(), train ? " and the train table" : ""));
   std::vector<std::string> names;
   for (const MemberConfig& m : config_.members) names.push_back(m.name);
   COHORT_ASSIGN_OR_RETURN(Tables t, OpenTables(generation));
@@ -679,7 +689,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   }
 
   std::vector<MemberResult> with_pool = results;
-  if (decision.k > 0 || StepsReadThePool(config_)) {
+  if (decision.k > 0 || StepsReadPredictions(config_)) {
     COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
   }
   if (HasCommandSteps(config_)) {
@@ -714,27 +724,42 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& ro
   uint64_t current = generation;
   std::string said;
   for (size_t i = 0; i < config_.updates.size(); ++i) {
-    if (config_.updates[i].kind == UpdateStepConfig::Kind::kAcquire) {
+    const UpdateStepConfig& config = config_.updates[i];
+    UpdateStepRecord record{.step = static_cast<int64_t>(i + 1),
+                            .kind = UpdateKindName(config.kind),
+                            .name = config.name};
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t before = current;
+    if (config.kind == UpdateStepConfig::Kind::kAcquire) {
       // Always the first step (LoadConfig): it picks by the round's own predictions.
       COHORT_ASSIGN_OR_RETURN(
           AcquireResult acquired,
           AcquireAndCommit(context, round, round_snap, results, k, &outcome->timings));
       for (const std::string& note : acquired.notes) display_->Note("warning: " + note);
-      said += fmt::format("; step {} ({}): acquired {} by {}", i + 1, config_.updates[i].name,
-                          acquired.acquired, config_.acquisition.strategy);
+      record.summary =
+          fmt::format("acquired {} by {}", acquired.acquired, config_.acquisition.strategy);
+      if (acquired.acquired > 0) {
+        ChangeCounts counts;
+        counts.tables[config_.store.pool].moved_out = acquired.acquired;
+        counts.tables[config_.store.train].moved_in = acquired.acquired;
+        record.counts_json = ChangeCountsJson(counts);
+      }
       current = acquired.output_generation;
-      continue;
+    } else {
+      COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
+      COHORT_ASSIGN_OR_RETURN(UpdateStepResult step,
+                              RunCommandStep(context, round, i, generation, current, results));
+      for (const std::string& note : step.notes) display_->Note("warning: " + note);
+      record.summary = step.summary + (step.resumed ? " (committed before the restart)" : "");
+      record.counts_json = ChangeCountsJson(step.counts);
+      current = step.output_generation;
     }
-    COHORT_RETURN_IF_ERROR(journal.SetRoundPhase(run_id, round, RoundStatus::kCommitting));
-    auto t0 = std::chrono::steady_clock::now();
-    COHORT_ASSIGN_OR_RETURN(UpdateStepResult step,
-                            RunCommandStep(context, round, i, generation, current, results));
-    for (const std::string& note : step.notes) display_->Note("warning: " + note);
-    said += fmt::format("; step {} ({}): {}{}", i + 1, config_.updates[i].name, step.summary,
-                        step.resumed ? " (committed before the restart)" : "");
-    current = step.output_generation;
-    outcome->timings.commit_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (config.kind != UpdateStepConfig::Kind::kAcquire)
+      outcome->timings.commit_s += record.seconds;
+    if (current != before) record.output_generation = current;
+    said += fmt::format("; step {} ({}): {}", i + 1, config.name, record.summary);
+    COHORT_RETURN_IF_ERROR(journal.RecordUpdateStep(run_id, round, record));
   }
   COHORT_ASSIGN_OR_RETURN(Tables out, OpenTables(current));
   outcome->output_generation = current;

@@ -57,7 +57,7 @@ constexpr const char* kAttemptsColumns = R"sql((
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 ))sql";
 
-// The schema (version 4). docs/journal.md documents every column; keep the two in step.
+// The schema (version 5). docs/journal.md documents every column; keep the two in step.
 constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
@@ -127,6 +127,24 @@ CREATE TABLE acquisitions (
   UNIQUE (run_id, round, sample_id),
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 );
+{update_steps}
+)sql";
+
+// Version 5 added what each [[update]] step of a round did.
+constexpr const char* kUpdateStepsTable = R"sql(
+CREATE TABLE IF NOT EXISTS update_steps (
+  run_id            INTEGER NOT NULL,
+  round             INTEGER NOT NULL,
+  step              INTEGER NOT NULL,
+  kind              TEXT NOT NULL,
+  name              TEXT NOT NULL,
+  output_generation INTEGER,
+  summary           TEXT NOT NULL,
+  counts_json       TEXT NOT NULL CHECK (json_valid(counts_json)),
+  seconds           REAL,
+  PRIMARY KEY (run_id, round, step),
+  FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
+);
 )sql";
 
 // Version 2 added the attempt status 'interrupted' (an attempt the controller's own stop
@@ -161,10 +179,15 @@ ALTER TABLE rounds ADD COLUMN test_mae REAL;
 ALTER TABLE rounds ADD COLUMN test_calibration REAL;
 )sql";
 
-// `sql` with its {attempts} replaced by the attempts table's columns.
+// `sql` with its {attempts} replaced by the attempts table's columns (and {update_steps}, where
+// it has it, by that table).
 std::string WithAttemptsColumns(std::string sql) {
   const std::string marker = "{attempts}";
   sql.replace(sql.find(marker), marker.size(), kAttemptsColumns);
+  const std::string steps = "{update_steps}";
+  if (size_t at = sql.find(steps); at != std::string::npos) {
+    sql.replace(at, steps.size(), kUpdateStepsTable);
+  }
   return sql;
 }
 
@@ -485,6 +508,9 @@ Status Journal::CreateOrUpgradeSchema() {
   }
   if (version >= 1 && version <= 3) {
     COHORT_RETURN_IF_ERROR(Exec(kMigrateV3ToV4, "upgrade the journal to schema version 4"));
+  }
+  if (version >= 1 && version <= 4) {
+    COHORT_RETURN_IF_ERROR(Exec(kUpdateStepsTable, "upgrade the journal to schema version 5"));
   } else if (version == 0) {
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
@@ -979,6 +1005,54 @@ Result<std::vector<AcquiredSample>> Journal::AcquisitionsOf(int64_t run_id, int6
     COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
     out.push_back({st.ColInt(0), st.ColReal(1)});
+  }
+  return out;
+}
+
+Status Journal::RecordUpdateStep(int64_t run_id, int64_t round, const UpdateStepRecord& r) {
+  std::lock_guard lock(mu_);
+  const char* purpose = "record an update step";
+  COHORT_RETURN_IF_ERROR(RequireFinite(path_, purpose, "seconds", r.seconds));
+  COHORT_STMT_(st,
+               // Only the key's conflict is passed over: OR IGNORE would also drop a row that
+               // fails its CHECK without a word.
+               "INSERT INTO update_steps (run_id, round, step, kind, name, output_generation, "
+               "summary, counts_json, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+               "ON CONFLICT (run_id, round, step) DO NOTHING",
+               purpose);
+  st.Int(1, run_id);
+  st.Int(2, round);
+  st.Int(3, r.step);
+  st.Text(4, r.kind);
+  st.Text(5, r.name);
+  if (r.output_generation) st.Int(6, static_cast<int64_t>(*r.output_generation));
+  st.Text(7, r.summary);
+  st.Text(8, r.counts_json);
+  st.Real(9, r.seconds);
+  return st.Run();
+}
+
+Result<std::vector<UpdateStepRecord>> Journal::UpdateStepsOf(int64_t run_id, int64_t round) {
+  std::lock_guard lock(mu_);
+  COHORT_STMT_(st,
+               "SELECT step, kind, name, output_generation, summary, counts_json, seconds FROM "
+               "update_steps WHERE run_id = ? AND round = ? ORDER BY step",
+               "read update steps");
+  st.Int(1, run_id);
+  st.Int(2, round);
+  std::vector<UpdateStepRecord> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    UpdateStepRecord r;
+    r.step = st.ColInt(0);
+    r.kind = st.ColText(1);
+    r.name = st.ColText(2);
+    if (auto g = st.ColOptInt(3)) r.output_generation = static_cast<uint64_t>(*g);
+    r.summary = st.ColText(4);
+    r.counts_json = st.ColText(5);
+    r.seconds = st.ColOptReal(6).value_or(0);
+    out.push_back(std::move(r));
   }
   return out;
 }

@@ -41,7 +41,7 @@ struct sqlite3_stmt;
 namespace cohort::loop {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-inline constexpr int kJournalSchemaVersion = 4;
+inline constexpr int kJournalSchemaVersion = 5;
 
 enum class RunStatus { kRunning, kFinished, kFailed, kStopped };
 enum class RoundStatus {
@@ -178,6 +178,18 @@ struct EpochRecord {
   double seconds = 0;
 };
 
+// What one [[update]] step of a round did (schema version 5).
+struct UpdateStepRecord {
+  int64_t step = 0;  // from 1, in config order
+  std::string kind;  // acquire | command | pseudo_label | relabel_or_drop | import_new
+  std::string name;
+  std::optional<uint64_t> output_generation;  // none when it committed nothing
+  std::string summary;  // "train: 2 added, 3 removed" (the commit note's words), "no changes"
+  // Per table: {"train": {"added": 2, "removed": 3, "moved_in": 0, ...}}; {} without changes.
+  std::string counts_json = "{}";
+  double seconds = 0;
+};
+
 // One acquired sample; its rank is its position in the vector given to RecordAcquisition.
 struct AcquiredSample {
   int64_t sample_id = 0;
@@ -263,6 +275,11 @@ class Journal {
                                                                                int64_t round);
   // The round's picks ordered by rank.
   Result<std::vector<AcquiredSample>> AcquisitionsOf(int64_t run_id, int64_t round);
+  // Records what an update step did. A step recorded already (a resumed round whose step had
+  // committed and been recorded before the stop) keeps its first record.
+  Status RecordUpdateStep(int64_t run_id, int64_t round, const UpdateStepRecord& step);
+  // The round's update steps in order.
+  Result<std::vector<UpdateStepRecord>> UpdateStepsOf(int64_t run_id, int64_t round);
 
  private:
   class Stmt;

@@ -738,5 +738,60 @@ TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
   EXPECT_EQ(t.calibration_error.value_or(-1), 0.125);
 }
 
+// Version 4 journals get the update_steps table; a step is recorded once (a resumed round's
+// second record of the same step is ignored) and reads back in step order.
+TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    int64_t run = *j->StartRun(SampleRun());
+    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const char* to_v4 = "DROP TABLE update_steps; PRAGMA user_version = 4;";
+  ASSERT_EQ(sqlite3_exec(raw, to_v4, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  auto j = MustOpen(path);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
+  UpdateStepRecord second{.step = 2,
+                          .kind = "relabel_or_drop",
+                          .name = "relabel_or_drop",
+                          .summary = "no changes",
+                          .counts_json = "{}",
+                          .seconds = 0.5};
+  UpdateStepRecord first{.step = 1,
+                         .kind = "command",
+                         .name = "fix.py",
+                         .output_generation = 2,
+                         .summary = "train: 3 removed",
+                         .counts_json = R"({"train":{"removed":3}})",
+                         .seconds = 1.5};
+  ASSERT_TRUE(j->RecordUpdateStep(1, 0, second).ok());
+  ASSERT_TRUE(j->RecordUpdateStep(1, 0, first).ok());
+  UpdateStepRecord again = first;
+  again.summary = "train: 3 removed (committed before the restart)";
+  ASSERT_TRUE(j->RecordUpdateStep(1, 0, again).ok());
+  auto steps = j->UpdateStepsOf(1, 0);
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0].step, 1);
+  EXPECT_EQ((*steps)[0].kind, "command");
+  EXPECT_EQ((*steps)[0].output_generation.value_or(0), 2u);
+  EXPECT_EQ((*steps)[0].summary, "train: 3 removed");
+  EXPECT_EQ((*steps)[0].counts_json, R"({"train":{"removed":3}})");
+  EXPECT_EQ((*steps)[0].seconds, 1.5);
+  EXPECT_FALSE((*steps)[1].output_generation.has_value());
+  EXPECT_EQ((*steps)[1].summary, "no changes");
+  // Counts must be JSON; a step of a round the journal does not have is refused.
+  UpdateStepRecord bad = first;
+  bad.step = 3;
+  bad.counts_json = "{train";
+  EXPECT_FALSE(j->RecordUpdateStep(1, 0, bad).ok());
+  EXPECT_FALSE(j->RecordUpdateStep(1, 7, first).ok());
+}
+
 }  // namespace
 }  // namespace cohort::loop

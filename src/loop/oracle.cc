@@ -39,11 +39,13 @@ bool SameIds(const std::string& path, const store::HostArray& ids) {
 Result<std::optional<store::HostArray>> LabelSamples(
     const LoopConfig& config, const RunPaths& paths, int64_t round, uint64_t generation,
     const store::Table& pool, const store::Table& train, const std::vector<uint64_t>& ids,
-    const std::vector<uint64_t>& rows, int64_t classes, Scheduler* scheduler) {
+    const std::vector<uint64_t>& rows, int64_t classes, Scheduler* scheduler,
+    const std::string& relative_dir) {
   if (config.oracle.kind == OracleConfig::Kind::kHiddenLabels) {
     return std::optional<store::HostArray>();
   }
-  std::string dir = paths.Absolute(RunPaths::OracleDir(round));
+  std::string dir =
+      paths.Absolute(relative_dir.empty() ? RunPaths::OracleDir(round) : relative_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError("create " + dir + ": " + ec.message());

@@ -38,10 +38,14 @@ namespace cohort::loop {
 // The labels of `ids` (rows `rows` of the pool table at the round's generation), or nullopt
 // when the move should carry the pool's stored labels (hidden_labels). `train` is the table
 // the labels are for (their kind and shape); class labels must lie in [0, classes) (a wrong
-// answer fails the round naming the sample ids, and is not kept for reuse).
+// answer fails the round naming the sample ids, and is not kept for reuse). The oracle's files
+// go to `dir` (relative to the run directory), by default RunPaths::OracleDir(round); an
+// update step that asks about train samples (relabel_or_drop) passes its own, and its train
+// table as `pool`.
 Result<std::optional<store::HostArray>> LabelSamples(
     const LoopConfig& config, const RunPaths& paths, int64_t round, uint64_t generation,
     const store::Table& pool, const store::Table& train, const std::vector<uint64_t>& ids,
-    const std::vector<uint64_t>& rows, int64_t classes, Scheduler* scheduler);
+    const std::vector<uint64_t>& rows, int64_t classes, Scheduler* scheduler,
+    const std::string& dir = "");
 
 }  // namespace cohort::loop

@@ -74,16 +74,25 @@ Result<std::vector<float>> ReadRegressionMemberPredictions(
 }
 
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
-                                    const std::string& member) {
+                                    bool train, const std::string& member) {
   int64_t classes = shape.classes;
-  for (std::string_view name :
-       {protocol::file::kPoolPredictions, protocol::file::kTestPredictions}) {
-    bool is_pool = name == protocol::file::kPoolPredictions;
-    if (is_pool && !pool) continue;
+  struct File {
+    std::string_view name;
+    bool wanted;
+    uint64_t rows;
+    const std::vector<uint64_t>& ids;
+  };
+  const File files[] = {
+      {protocol::file::kPoolPredictions, pool, shape.pool_rows, shape.pool_ids},
+      {protocol::file::kTrainPredictions, train, shape.train_rows, shape.train_ids},
+      {protocol::file::kTestPredictions, true, shape.test_rows, shape.test_ids}};
+  for (const File& file : files) {
+    if (!file.wanted) continue;
+    const std::string_view name = file.name;
+    const uint64_t rows = file.rows;
+    const std::vector<uint64_t>& ids = file.ids;
     std::string path = dir + "/" + std::string(name);
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
-    const uint64_t rows = is_pool ? shape.pool_rows : shape.test_rows;
-    const std::vector<uint64_t>& ids = is_pool ? shape.pool_ids : shape.test_ids;
     auto values =
         shape.task.regression
             ? ReadRegressionMemberPredictions(path, std::string(name), rows,

@@ -59,18 +59,20 @@ Result<std::vector<float>> ReadRegressionMemberPredictions(
 struct PredictionShape {
   uint64_t pool_rows = 0;
   uint64_t test_rows = 0;
+  uint64_t train_rows = 0;
   int64_t classes = 0;  // the run's class count (RunClassCount); 0: only equal across files
   // The tables' sample ids, to name a bad row by (optional).
-  std::vector<uint64_t> pool_ids, test_ids;
+  std::vector<uint64_t> pool_ids, test_ids, train_ids;
   RunTask task;  // regression: the files hold means and variances, `classes` is unused
 };
 
-// Checks the prediction files of an attempt in `dir` (absolute): the test table's, and the
-// pool's when `pool`. "" when they are sound, else one line naming the file and the problem
+// Checks the prediction files of an attempt in `dir` (absolute): the test table's, the pool's
+// when `pool` and the train table's when `train`. "" when they are sound, else one line naming the
+// file and the problem
 // ("exited 0 without writing predictions-pool.npy", "predictions-test.npy: 7 classes where
 // the run has 10", a shape, a row that is not a probability vector).
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
-                                    const std::string& member = "");
+                                    bool train, const std::string& member = "");
 
 // The members' predictions for one table, stacked: [member][sample][class] probabilities in a
 // classification run, [member][sample][mean, variance][output] in a regression run (the

@@ -61,6 +61,7 @@ std::vector<MemberResult> ResultsFromAttempts(const LoopConfig& config,
       json predictions = json::parse(a.predictions_json.value_or("{}"), nullptr, false);
       r.predictions_pool = JsonStringField(predictions, "pool");
       r.predictions_test = JsonStringField(predictions, "test");
+      r.predictions_train = JsonStringField(predictions, "train");
       json metrics = json::parse(a.metrics_json.value_or("{}"), nullptr, false);
       r.train_seconds = JsonNumberField(metrics, "seconds").value_or(0);
       r.predict_seconds = JsonNumberField(metrics, "predict_seconds").value_or(0);
@@ -97,6 +98,8 @@ MemberPlan PlanMembers(const LoopConfig& config, const std::vector<AttemptRecord
     task.index = i;
     task.member = &member;
     task.predict_pool = predict_pool;
+    // Update steps run after every round that acquires, so after the rounds that predict the pool.
+    task.predict_train = predict_pool && UpdatesReadTrainPredictions(config);
     for (const AttemptRecord& a : attempts) {
       if (a.member == member.name && CountsAsFailure(a.status)) ++plan.failures[i];
     }

@@ -103,6 +103,19 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
       members.push_back(jm);
     }
     jr["members"] = members;
+    COHORT_ASSIGN_OR_RETURN(auto steps, journal->UpdateStepsOf(run.id, r.round));
+    json updates = json::array();
+    for (const UpdateStepRecord& u : steps) {
+      updates.push_back(
+          {{"step", u.step},
+           {"kind", u.kind},
+           {"name", u.name},
+           {"output_generation", u.output_generation ? json(*u.output_generation) : json(nullptr)},
+           {"summary", u.summary},
+           {"counts", json::parse(u.counts_json, nullptr, false)},
+           {"seconds", u.seconds}});
+    }
+    jr["updates"] = std::move(updates);
     out["rounds"].push_back(jr);
   }
   return out;
@@ -133,6 +146,18 @@ std::string RunStatusText(const json& s) {
                        Num(r["test_nll"], "{:.4f}"),
                        r.contains("timings") ? Num(r["timings"]["train_s"], "{:.1f}") : "-");
   }
+  // What each round's [[update]] steps did, when the run has steps.
+  std::string steps;
+  const json none = json::array();
+  for (const json& r : s["rounds"]) {
+    for (const json& u : r.contains("updates") ? r["updates"] : none) {
+      steps += fmt::format(
+          "    round {} step {} ({}): {}{}\n", r["round"].get<int64_t>(), u["step"].get<int64_t>(),
+          u["name"].get<std::string>(), u["summary"].get<std::string>(),
+          u["output_generation"].is_null() ? "" : ", generation " + u["output_generation"].dump());
+    }
+  }
+  if (!steps.empty()) out += "\n  update steps:\n" + steps;
   if (!s["rounds"].empty()) {
     const json& last = s["rounds"].back();
     out += fmt::format("\n  round {} members:\n", last["round"].get<int64_t>());

@@ -26,6 +26,16 @@ using nlohmann::json;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// The prediction a native attempt makes after `done` (kTrain: after training): the pool, then
+// the train table, then the test table, each only when the task asks for it (test always).
+WorkerStep NextPredictStep(const MemberTask& task, WorkerStep done) {
+  if (done == WorkerStep::kTrain && task.predict_pool) return WorkerStep::kPredictPool;
+  if ((done == WorkerStep::kTrain || done == WorkerStep::kPredictPool) && task.predict_train) {
+    return WorkerStep::kPredictTrain;
+  }
+  return WorkerStep::kPredictTest;
+}
+
 bool KilledByUs(const launch::ExitInfo& info) {
   return info.reason != launch::ExitReason::kExited &&
          info.reason != launch::ExitReason::kSignalled;
@@ -309,6 +319,7 @@ Status Scheduler::StartScript(Slot& slot) {
                        .heartbeat_timeout = options_.heartbeat_timeout,
                        .classes = shape_.classes,
                        .task = shape_.task,
+                       .predict_train = a.task.predict_train,
                        .memory_limit_bytes = options_.memory_limit_bytes};
   COHORT_ASSIGN_OR_RETURN(launch::SpawnSpec spec, PrepareScriptAttempt(script));
   auto process = host_->Start(spec);
@@ -392,7 +403,7 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
       if (a.step != WorkerStep::kTrain) return;
       a.train_done = event;
       RecordEpochs(a);
-      a.step = a.task.predict_pool ? WorkerStep::kPredictPool : WorkerStep::kPredictTest;
+      a.step = NextPredictStep(a.task, WorkerStep::kTrain);
       observer_->Predicting(RefOf(slot));
       if (fatal_.ok()) fatal_ = SendNext(slot);
       return;
@@ -401,12 +412,13 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
       // The worker's own measure when it gives one, else what the controller saw.
       a.predict_seconds +=
           JsonNumberField(event, "seconds").value_or(SecondsSince(a.command_started));
-      if (a.step == WorkerStep::kPredictPool) {
-        a.step = WorkerStep::kPredictTest;
+      if (a.step != WorkerStep::kPredictTest) {
+        a.step = NextPredictStep(a.task, a.step);
         if (fatal_.ok()) fatal_ = SendNext(slot);
       } else {
-        std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_,
-                                                      a.task.predict_pool, a.task.member->name);
+        std::string problem =
+            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool,
+                                    a.task.predict_train, a.task.member->name);
         if (problem.empty()) {
           EndAttempt(slot, AttemptStatus::kDone, "done");
         } else {
@@ -490,8 +502,8 @@ void Scheduler::OnScriptExit(Slot& slot, const launch::ExitInfo& info) {
   open_logs_.erase(log_path);
   std::string log = " (log: " + log_path + ")";
   if (info.reason == launch::ExitReason::kExited && info.exit_code == 0) {
-    std::string problem =
-        CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true, a.task.member->name);
+    std::string problem = CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, true,
+                                                  a.task.predict_train, a.task.member->name);
     if (problem.empty()) {
       a.predict_seconds = 0;
       EndAttempt(slot, AttemptStatus::kDone, "exit 0");
@@ -559,14 +571,17 @@ void Scheduler::RecordResult(const Attempt& a, AttemptStatus status, const std::
   bool pool = a.task.predict_pool || script;
   std::string test_file = RunPaths::AttemptFile(a.dir, protocol::file::kTestPredictions);
   std::string pool_file = RunPaths::AttemptFile(a.dir, protocol::file::kPoolPredictions);
+  std::string train_file = RunPaths::AttemptFile(a.dir, protocol::file::kTrainPredictions);
   json predictions = {{"test", test_file}};
   if (pool) predictions["pool"] = pool_file;
+  if (a.task.predict_train) predictions["train"] = train_file;
   end->predictions_json = predictions.dump();
   result.done = true;
   result.error.clear();
   result.checkpoint = end->checkpoint;
   result.predictions_pool = pool ? pool_file : "";
   result.predictions_test = test_file;
+  result.predictions_train = a.task.predict_train ? train_file : "";
   result.train_seconds = JsonNumberField(a.train_done, "seconds").value_or(0);
   result.predict_seconds = a.predict_seconds;
   if (stats_ != nullptr) stats_->predict_s += a.predict_seconds;

@@ -78,6 +78,9 @@ struct MemberTask {
   // False in a round known to be the last (nothing will be acquired after it): a native
   // member then skips predicting the pool, often the largest table. Scripts always do it.
   bool predict_pool = true;
+  // True when an update step reads the members' predictions of the train table
+  // (relabel_or_drop, a command step with predict = ["train"]); false in a known last round.
+  bool predict_train = false;
 };
 
 // A member's outcome in a round.
@@ -87,9 +90,10 @@ struct MemberResult {
   std::string checkpoint;        // relative to the run directory
   std::string predictions_pool;  // empty when the round did not predict the pool
   std::string predictions_test;
-  double train_seconds = 0;    // the worker's training loop
-  double predict_seconds = 0;  // both predictions, as the controller saw them
-  std::string error;           // the last failure, when not done
+  std::string predictions_train;  // empty unless the round's update steps read it
+  double train_seconds = 0;       // the worker's training loop
+  double predict_seconds = 0;     // both predictions, as the controller saw them
+  std::string error;              // the last failure, when not done
 };
 
 struct PhaseStats {

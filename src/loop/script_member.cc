@@ -23,6 +23,9 @@ std::string InDir(const std::string& dir, std::string_view name) {
 json SpecOf(const ScriptAttempt& a) {
   const StoreConfig& tables = a.config->store;
   const MemberConfig& member = a.config->members[a.member_index];
+  json predictions = {{"pool", InDir(a.out_dir, protocol::file::kPoolPredictions)},
+                      {"test", InDir(a.out_dir, protocol::file::kTestPredictions)}};
+  if (a.predict_train) predictions["train"] = InDir(a.out_dir, protocol::file::kTrainPredictions);
   return {
       {"version", protocol::kVersion},
       {"store", a.store},
@@ -36,9 +39,7 @@ json SpecOf(const ScriptAttempt& a) {
       {"torch_device", a.device.is_cuda() ? "cuda:0" : "cpu"},
       {"threads", a.threads},
       {"out_dir", a.out_dir},
-      {"predictions",
-       {{"pool", InDir(a.out_dir, protocol::file::kPoolPredictions)},
-        {"test", InDir(a.out_dir, protocol::file::kTestPredictions)}}},
+      {"predictions", predictions},
       {"checkpoint", InDir(a.out_dir, protocol::file::kScriptCheckpoint)},
       {"warm_start_from", a.warm_start_from.empty() ? json(nullptr) : json(a.warm_start_from)},
       {"heartbeat_timeout_s", std::chrono::duration<double>(a.heartbeat_timeout).count()},
@@ -89,6 +90,7 @@ Result<launch::SpawnSpec> PrepareScriptAttempt(const ScriptAttempt& a) {
       {"COHORT_TORCH_DEVICE", a.device.is_cuda() ? "cuda:0" : "cpu"},
       {"COHORT_THREADS", std::to_string(a.threads)},
       {"COHORT_OUT_DIR", a.out_dir},
+      {"COHORT_PREDICT_TRAIN", a.predict_train ? "1" : "0"},
       // Plain print() lines count as signs of life only if they are not held in a buffer.
       {"PYTHONUNBUFFERED", "1"},
   };

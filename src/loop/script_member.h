@@ -35,6 +35,9 @@ struct ScriptAttempt {
   std::chrono::milliseconds heartbeat_timeout{0};
   int64_t classes = 0;  // the run's class count (COHORT_CLASSES); 0 in a regression run
   RunTask task;         // COHORT_TASK, COHORT_TARGET_SHAPE
+  // The script must also predict the train table (COHORT_PREDICT_TRAIN=1, the spec's
+  // predictions.train): an update step reads it.
+  bool predict_train = false;
   uint64_t memory_limit_bytes = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -12,9 +13,12 @@
 #include <string_view>
 #include <system_error>
 
+#include "loop/class_labels.h"
 #include "loop/crash_point.h"
+#include "loop/oracle.h"
 #include "loop/predictions.h"
 #include "loop/pseudo_label.h"
+#include "loop/relabel_or_drop.h"
 #include "store/import.h"
 #include "store/snapshot.h"
 #include "store/store.h"
@@ -36,9 +40,13 @@ json PredictionsJson(const AcquireContext& c, int64_t round, uint64_t round_gene
     auto file = [&](const std::string& relative) {
       return relative.empty() ? json() : json(c.paths->Absolute(relative));
     };
-    members.push_back({{"name", c.config->members[i].name},
-                       {"pool", file(results[i].predictions_pool)},
-                       {"test", file(results[i].predictions_test)}});
+    json member = {{"name", c.config->members[i].name},
+                   {"pool", file(results[i].predictions_pool)},
+                   {"test", file(results[i].predictions_test)}};
+    if (!results[i].predictions_train.empty()) {
+      member["train"] = file(results[i].predictions_train);
+    }
+    members.push_back(std::move(member));
   }
   return {{"round", round},
           {"generation", round_generation},
@@ -58,6 +66,53 @@ std::string DescribeStep(const UpdateStepConfig& step) {
   return step.name == kind ? kind : kind + " " + step.name;
 }
 
+// The finished members' class probabilities of `table` (the pool or the train table, whose
+// files are `file_of` each result), `rows` rows each, stacked for the ensemble's view.
+Result<StackedPredictions> StackMemberFiles(const AcquireContext& c,
+                                            const std::vector<MemberResult>& results,
+                                            const std::string& table,
+                                            std::string MemberResult::*file_of, uint64_t rows) {
+  std::vector<std::pair<size_t, std::string>> files;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].done) continue;
+    if ((results[i].*file_of).empty()) {
+      return Status::InvalidArgument(fmt::format("{} did not predict the {} table this round",
+                                                 c.config->members[i].name, table));
+    }
+    files.emplace_back(i, c.paths->Absolute(results[i].*file_of));
+  }
+  return StackPredictions(files, rows);
+}
+
+// Which rows of `table` in `round_snap` are still in that table in `input_snap` (an earlier
+// step of the round may have taken some out).
+Result<std::vector<bool>> StillThere(const store::Snapshot& round_snap,
+                                     const store::Snapshot& input_snap, const std::string& name) {
+  COHORT_ASSIGN_OR_RETURN(const store::Table* then, round_snap.table(name));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* now_table, input_snap.table(name));
+  const std::vector<uint64_t> now = now_table->Ids();
+  const std::set<uint64_t> present(now.begin(), now.end());
+  std::vector<bool> eligible(then->size());
+  for (uint64_t row = 0; row < then->size(); ++row) {
+    eligible[row] = present.count(then->id(row)) > 0;
+  }
+  return eligible;
+}
+
+Status WriteIds(const std::string& path, const std::vector<uint64_t>& ids) {
+  store::HostArray array(store::Dtype::kUint64, {ids.size()});
+  if (!ids.empty()) std::memcpy(array.data.data(), ids.data(), ids.size() * sizeof(uint64_t));
+  return store::WriteNpyFile(path, array);
+}
+
+Status WriteClassLabels(const std::string& path, const std::vector<int64_t>& labels) {
+  store::HostArray array(store::Dtype::kInt64, {labels.size()});
+  if (!labels.empty()) {
+    std::memcpy(array.data.data(), labels.data(), labels.size() * sizeof(int64_t));
+  }
+  return store::WriteNpyFile(path, array);
+}
+
 // The pseudo_label step's change set, written into `changes_dir` as a program would write it:
 // the qualifying pool samples (pseudo_label.h) move to train with the ensemble's classes. The
 // members predicted the pool of `round_snap`; samples an earlier step of the round took out of
@@ -69,25 +124,13 @@ Result<size_t> WritePseudoLabels(const AcquireContext& c, const UpdateStepConfig
                                  const std::string& changes_dir) {
   const StoreConfig& tables = c.config->store;
   COHORT_ASSIGN_OR_RETURN(const store::Table* pool, round_snap.table(tables.pool));
-  std::vector<std::pair<size_t, std::string>> files;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].done) continue;
-    if (results[i].predictions_pool.empty()) {
-      return Status::InvalidArgument(c.config->members[i].name +
-                                     " did not predict the pool this round");
-    }
-    files.emplace_back(i, c.paths->Absolute(results[i].predictions_pool));
-  }
-  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool->size()));
+  COHORT_ASSIGN_OR_RETURN(
+      StackedPredictions stacked,
+      StackMemberFiles(c, results, tables.pool, &MemberResult::predictions_pool, pool->size()));
   COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
                                                              stacked.samples, stacked.classes));
-  COHORT_ASSIGN_OR_RETURN(const store::Table* pool_now, input_snap.table(tables.pool));
-  const std::vector<uint64_t> now = pool_now->Ids();
-  const std::set<uint64_t> still_in_pool(now.begin(), now.end());
-  std::vector<bool> eligible(pool->size());
-  for (uint64_t row = 0; row < pool->size(); ++row) {
-    eligible[row] = still_in_pool.count(pool->id(row)) > 0;
-  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<bool> eligible,
+                          StillThere(round_snap, input_snap, tables.pool));
   const PseudoLabelRule rule{.threshold = step.threshold,
                              .agreement = step.agreement,
                              .max_per_round = step.max_per_round,
@@ -101,12 +144,8 @@ Result<size_t> WritePseudoLabels(const AcquireContext& c, const UpdateStepConfig
   }
   json changes = json::object();
   if (!ids.empty()) {
-    store::HostArray id_array(store::Dtype::kUint64, {ids.size()});
-    std::memcpy(id_array.data.data(), ids.data(), ids.size() * sizeof(uint64_t));
-    store::HostArray label_array(store::Dtype::kInt64, {labels.size()});
-    std::memcpy(label_array.data.data(), labels.data(), labels.size() * sizeof(int64_t));
-    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(changes_dir + "/ids.npy", id_array));
-    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(changes_dir + "/labels.npy", label_array));
+    COHORT_RETURN_IF_ERROR(WriteIds(changes_dir + "/ids.npy", ids));
+    COHORT_RETURN_IF_ERROR(WriteClassLabels(changes_dir + "/labels.npy", labels));
     changes["move"] = json::array({{{"from", tables.pool},
                                     {"to", tables.train},
                                     {"ids", "ids.npy"},
@@ -114,6 +153,75 @@ Result<size_t> WritePseudoLabels(const AcquireContext& c, const UpdateStepConfig
   }
   COHORT_RETURN_IF_ERROR(WriteText(changes_dir + "/changes.json", changes.dump(1) + "\n"));
   return ids.size();
+}
+
+// The relabel_or_drop step's change set, written into `changes_dir`: the suspect train samples
+// (relabel_or_drop.h) of the members' train predictions, which were made on `round_snap`'s
+// train table, passing over samples an earlier step of the round took out (`input_snap`).
+// Dropped, or asked of the oracle (its files in the step's directory, reused on resume for the
+// same ids) and relabelled where it answers differently. Returns the note's extra words.
+Result<std::string> WriteSuspects(const AcquireContext& c, const UpdateStepConfig& step,
+                                  int64_t round, size_t step_index,
+                                  const store::Snapshot& round_snap,
+                                  const store::Snapshot& input_snap,
+                                  const std::vector<MemberResult>& results,
+                                  const std::string& changes_dir) {
+  const std::string& train_name = c.config->store.train;
+  COHORT_ASSIGN_OR_RETURN(const store::Table* train, round_snap.table(train_name));
+  COHORT_ASSIGN_OR_RETURN(
+      StackedPredictions stacked,
+      StackMemberFiles(c, results, train_name, &MemberResult::predictions_train, train->size()));
+  COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
+                                                             stacked.samples, stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(std::vector<bool> eligible,
+                          StillThere(round_snap, input_snap, train_name));
+  const std::vector<int64_t> stored = ClassLabelsOf(*train);
+  const SuspectRule rule{.threshold = step.threshold, .max_per_round = step.max_per_round};
+  COHORT_ASSIGN_OR_RETURN(auto suspects, SelectSuspectLabels(view, stored, rule, &eligible));
+  std::vector<uint64_t> ids, rows;
+  for (const SuspectLabel& s : suspects) {
+    rows.push_back(static_cast<uint64_t>(s.sample));
+    ids.push_back(train->id(rows.back()));
+  }
+  json changes = json::object();
+  std::string extra;
+  if (step.action == UpdateStepConfig::Action::kDrop) {
+    if (!ids.empty()) {
+      COHORT_RETURN_IF_ERROR(WriteIds(changes_dir + "/remove-ids.npy", ids));
+      changes["remove"] = json::array({{{"table", train_name}, {"ids", "remove-ids.npy"}}});
+    }
+  } else if (!ids.empty()) {
+    const std::string oracle_dir = RunPaths::UpdateStepDir(round, step_index + 1) + "/oracle";
+    COHORT_ASSIGN_OR_RETURN(
+        std::optional<store::HostArray> answer,
+        LabelSamples(*c.config, *c.paths, round, input_snap.generation(), *train, *train, ids, rows,
+                     c.classes, c.scheduler, oracle_dir));
+    if (!answer || answer->dtype != store::Dtype::kInt64 || answer->shape.size() != 1 ||
+        answer->shape[0] != ids.size()) {
+      return Status::InvalidArgument(
+          "relabel_or_drop: the oracle's answer is not one class per sample");
+    }
+    std::vector<int64_t> given(ids.size());
+    std::memcpy(given.data(), answer->data.data(), given.size() * sizeof(int64_t));
+    std::vector<uint64_t> changed_ids;
+    std::vector<int64_t> changed_labels;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (given[i] == suspects[i].label) continue;
+      changed_ids.push_back(ids[i]);
+      changed_labels.push_back(given[i]);
+    }
+    if (!changed_ids.empty()) {
+      COHORT_RETURN_IF_ERROR(WriteIds(changes_dir + "/relabel-ids.npy", changed_ids));
+      COHORT_RETURN_IF_ERROR(WriteClassLabels(changes_dir + "/relabel-y.npy", changed_labels));
+      changes["relabel"] = json::array(
+          {{{"table", train_name}, {"ids", "relabel-ids.npy"}, {"labels", "relabel-y.npy"}}});
+    }
+    extra = fmt::format("; the oracle kept {} of {} suspect label(s)",
+                        ids.size() - changed_ids.size(), ids.size());
+  }
+  COHORT_RETURN_IF_ERROR(WriteText(changes_dir + "/changes.json", changes.dump(1) + "\n"));
+  if (ids.empty()) extra = fmt::format("; no train label below probability {}", step.threshold);
+  return extra;
 }
 
 // Where an import_new commit's note lists its files: "...; files: a.csv (100), b.npy (20)".
@@ -288,6 +396,57 @@ std::string DescribeChangeCounts(const ChangeCounts& counts) {
   return out.empty() ? "no changes" : out;
 }
 
+ChangeCounts ParseChangeCounts(const std::string& summary) {
+  ChangeCounts counts;
+  size_t start = 0;
+  while (start <= summary.size()) {
+    size_t end = summary.find("; ", start);
+    const std::string part =
+        summary.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? summary.size() + 1 : end + 2;
+    const size_t colon = part.find(": ");
+    if (colon == std::string::npos) continue;
+    TableChangeCounts table;
+    bool any = false;
+    std::string_view rest(part);
+    rest.remove_prefix(colon + 2);
+    while (!rest.empty()) {
+      const size_t comma = rest.find(", ");
+      std::string_view item = rest.substr(0, comma);
+      rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 2);
+      const size_t space = item.find(' ');
+      if (space == std::string_view::npos) continue;
+      uint64_t n = 0;
+      auto [ptr, ec] = std::from_chars(item.data(), item.data() + space, n);
+      if (ec != std::errc() || ptr != item.data() + space) continue;
+      const std::string_view verb = item.substr(space + 1);
+      uint64_t* field = verb == "added"        ? &table.added
+                        : verb == "removed"    ? &table.removed
+                        : verb == "moved in"   ? &table.moved_in
+                        : verb == "moved out"  ? &table.moved_out
+                        : verb == "relabelled" ? &table.relabelled
+                                               : nullptr;
+      if (field == nullptr) continue;
+      *field = n;
+      any = true;
+    }
+    if (any) counts.tables[part.substr(0, colon)] = table;
+  }
+  return counts;
+}
+
+std::string ChangeCountsJson(const ChangeCounts& counts) {
+  json out = json::object();
+  for (const auto& [table, n] : counts.tables) {
+    out[table] = {{"added", n.added},
+                  {"removed", n.removed},
+                  {"moved_in", n.moved_in},
+                  {"moved_out", n.moved_out},
+                  {"relabelled", n.relabelled}};
+  }
+  return out.dump();
+}
+
 namespace {
 
 // Reads the change set in `changes_dir` against `input_generation`, applies it and commits
@@ -312,6 +471,7 @@ Result<UpdateStepResult> CommitChangeSet(const AcquireContext& c, const std::str
   auto counts = ApplyChangeSet(*changes, txn.get());
   if (!counts.ok()) return counts.status().WithContext(what);
   out.summary = DescribeChangeCounts(*counts);
+  out.counts = *counts;
   COHORT_ASSIGN_OR_RETURN(out.output_generation,
                           txn->Commit(note_prefix + " " + out.summary + note_extra));
   out.summary += note_extra;
@@ -341,6 +501,7 @@ Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, 
       out.committed = true;
       out.resumed = true;
       out.summary = m.note.substr(note_prefix.size() + (m.note.size() > note_prefix.size()));
+      out.counts = ParseChangeCounts(out.summary);
       return out;
     }
   }
@@ -387,6 +548,20 @@ Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, 
     auto written = WritePseudoLabels(c, step, *round_snap, *input_snap, results, changes_dir);
     if (!written.ok()) return written.status().WithContext(what);
     return CommitChangeSet(c, what, note_prefix, changes_dir, input_generation, out);
+  }
+  if (step.kind == UpdateStepConfig::Kind::kRelabelOrDrop) {
+    COHORT_ASSIGN_OR_RETURN(auto round_snap,
+                            store::Snapshot::Open(c.paths->store(), round_generation, c.env));
+    COHORT_ASSIGN_OR_RETURN(auto input_snap,
+                            store::Snapshot::Open(c.paths->store(), input_generation, c.env));
+    auto extra =
+        WriteSuspects(c, step, round, step_index, *round_snap, *input_snap, results, changes_dir);
+    if (!extra.ok()) return extra.status().WithContext(what);
+    auto committed =
+        CommitChangeSet(c, what, note_prefix, changes_dir, input_generation, out, *extra);
+    // Nothing to commit still says why (no suspect, or the oracle kept every label).
+    if (committed.ok() && !committed->committed) committed->summary += *extra;
+    return committed;
   }
 
   launch::SpawnSpec spec;

@@ -6,7 +6,8 @@
 // appended to RUN_DIR/updates/round-RRRR/step-K/step.log and this environment:
 //   COHORT_CHANGES_DIR      the change-set directory to write (empty when the program starts)
 //   COHORT_PREDICTIONS      a JSON file naming each finished member's prediction files for the
-//                           pool and test tables (rows of the round's trained generation)
+//                           pool and test tables, and the train table's when the step has
+//                           predict = ["train"] (rows of the round's trained generation)
 //   COHORT_STORE, COHORT_GENERATION (the generation the step changes), COHORT_ROUND,
 //   COHORT_RUN_DIR, COHORT_STEP (K, from 1), COHORT_STEP_NAME, COHORT_CLASSES.
 // After exit 0 cohort reads the change set (ReadChangeSet, with the run's class count),
@@ -39,6 +40,7 @@ struct UpdateStepResult {
   bool committed = false;
   bool resumed = false;  // the commit was found from an earlier start; the program did not run
   std::string summary;   // "train: 2 added, 3 removed" or "no changes"
+  ChangeCounts counts;   // what the commit changed (read back from its note when resumed)
   std::vector<std::string> notes;  // what the store repaired when the commit began
 };
 
@@ -55,5 +57,10 @@ std::string UpdateStepNotePrefix(const LoopConfig& config, int64_t round, size_t
 
 // "train: 2 added, 3 removed; pool: 2 moved out" or "no changes".
 std::string DescribeChangeCounts(const ChangeCounts& counts);
+// The counts DescribeChangeCounts described, read back from its words (other parts of a note,
+// "; files: ...", are passed over).
+ChangeCounts ParseChangeCounts(const std::string& summary);
+// {"train": {"added": 2, "removed": 3, "moved_in": 0, "moved_out": 0, "relabelled": 0}}.
+std::string ChangeCountsJson(const ChangeCounts& counts);
 
 }  // namespace cohort::loop

@@ -67,15 +67,18 @@ json WorkerCommand(WorkerStep step, const AttemptCommandContext& c) {
       break;
     }
     case WorkerStep::kPredictPool:
+    case WorkerStep::kPredictTrain:
     case WorkerStep::kPredictTest: {
-      bool pool = step == WorkerStep::kPredictPool;
+      const bool pool = step == WorkerStep::kPredictPool;
+      const bool train = step == WorkerStep::kPredictTrain;
       command["op"] = Str(protocol::op::kPredict);
-      command["table"] = pool ? c.tables->pool : c.tables->test;
+      command["table"] = pool ? c.tables->pool : train ? c.tables->train : c.tables->test;
       command["checkpoint"] = checkpoint;
-      command["out"] =
-          c.attempt_dir + "/" +
-          Str(pool ? protocol::file::kPoolPredictions : protocol::file::kTestPredictions);
-      command["id"] = prefix + (pool ? "/pool" : "/test");
+      command["out"] = c.attempt_dir + "/" +
+                       Str(pool    ? protocol::file::kPoolPredictions
+                           : train ? protocol::file::kTrainPredictions
+                                   : protocol::file::kTestPredictions);
+      command["id"] = prefix + (pool ? "/pool" : train ? "/train" : "/test");
       break;
     }
   }

@@ -35,8 +35,8 @@ launch::SpawnSpec WorkerSpawnSpec(const WorkerLaunch& launch, const std::string&
                                   const std::string& cwd);
 
 // The commands of a native member's attempt, in order; kPredictPool is skipped in a round
-// known to be the last.
-enum class WorkerStep { kTrain, kPredictPool, kPredictTest };
+// known to be the last, kPredictTrain unless an update step reads the train predictions.
+enum class WorkerStep { kTrain, kPredictPool, kPredictTrain, kPredictTest };
 
 // What every command of an attempt names.
 struct AttemptCommandContext {
