@@ -11,7 +11,13 @@
    85%.
 
   bench/quality.py [--part full,al] [--rounds 6] [--epochs-full 15] [--scratch DIR]
+  bench/quality.py --part al --start 500 --k 250 --rounds 8 \
+      --variants random,bald,bald:selection=softrank,bald:cold_start_rounds=2
   bench/quality.py --quick        # smoke: tiny store, 2 members, 1 seed, 2 rounds
+
+A variant is a strategy with optional [acquisition] settings after a colon, comma-separated
+(`bald:selection=power,temperature=2`); each is run with every seed. Beside each curve the
+mean acquisition time per round (the journal's acquire_s).
 
 Prints tables (and writes them as JSON with --json); asserts nothing.
 """
@@ -29,6 +35,22 @@ from example_config import BenchError, build_store, config_text, run  # noqa: E4
 PROG = "quality"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ["random", "bald", "variance", "entropy"]
+
+
+def parse_variant(text):
+    """'bald:selection=softrank,temperature=0.5' -> ('bald', {'selection': '"softrank"', ...})."""
+    strategy, _, rest = text.partition(":")
+    settings = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[a-z_]+", key):
+            raise BenchError(f"variant {text!r}: expected key=value, got {item!r}")
+        try:
+            float(value)
+        except ValueError:
+            value = f'"{value}"'
+        settings[key] = value
+    return strategy, settings
 
 
 def fail(message):
@@ -74,42 +96,49 @@ def full_labels(cohort, scratch, epochs, quick):
                                              "brier": ens[3]}, "seconds": seconds}
 
 
-def active_learning(cohort, scratch, rounds, seeds, quick):
-    store = os.path.join(scratch, "store-al")
+def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k):
+    start = 300 if quick else start
+    store = os.path.join(scratch, f"store-al-{start}")
     if quick:
         build_store(cohort, store, 300, 1500, 500, reuse=True)
     else:
-        build_store(cohort, store, 1000, 59000, 10000, reuse=True)
-    curves = {}
-    for strategy in STRATEGIES:
-        for seed in range(seeds):
-            name = f"al-{strategy}-{seed}"
+        build_store(cohort, store, start, 60000 - start, 10000, reuse=True)
+    curves, acquire_s = {}, {}
+    # Interleaved: every variant's seed s runs before any variant's seed s + 1.
+    for seed in range(seeds):
+        for variant in variants:
+            strategy, settings = parse_variant(variant)
+            name = "al-" + re.sub(r"[^a-z0-9_.-]+", "-", variant) + f"-{start}-{k}-{seed}"
             text = config_text(name, store, rounds, strategy=strategy, seed=seed,
                                epochs=1 if quick else None, members=2 if quick else None,
-                               k=200 if quick else None)
+                               k=200 if quick else k)
+            extra = "".join(f"{key} = {value}\n" for key, value in settings.items())
+            text = re.sub(r"^(\[acquisition\]\n)", lambda m: m.group(1) + extra, text,
+                          count=1, flags=re.M)
             t0 = time.perf_counter()
             db = run_loop(cohort, scratch, name, text)
             rows = db.execute("SELECT r.round, r.test_accuracy, r.test_nll, "
                               "(SELECT count(*) FROM acquisitions a WHERE a.run_id = r.run_id "
-                              " AND a.round < r.round) FROM rounds r ORDER BY r.round").fetchall()
+                              " AND a.round < r.round), r.acquire_s FROM rounds r "
+                              "ORDER BY r.round").fetchall()
             db.close()
             print(f"{PROG}: {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
-            start = 300 if quick else 1000
-            curves.setdefault(strategy, []).append(
-                [(start + acquired, acc, nll) for _, acc, nll, acquired in rows])
-    labels = [p[0] for p in curves[STRATEGIES[0]][0]]
+            curves.setdefault(variant, []).append(
+                [(start + acquired, acc, nll) for _, acc, nll, acquired, _ in rows])
+            acquire_s.setdefault(variant, []).extend(a for *_, a in rows[:-1] if a is not None)
+    labels = [p[0] for p in curves[variants[0]][0]]
     print(f"\nActive learning: ensemble test accuracy by labels used (mean of {seeds} seed(s))")
-    print(f"{'labels':>7} " + " ".join(f"{s:>10}" for s in STRATEGIES))
+    print(f"{'labels':>7} " + " ".join(f"{s:>10}" for s in variants))
     for i, n in enumerate(labels):
         cells = []
-        for s in STRATEGIES:
+        for s in variants:
             accs = [c[i][1] for c in curves[s] if i < len(c)]
             cells.append(f"{sum(accs) / len(accs):>10.4f}" if accs else f"{'-':>10}")
         print(f"{n:>7} " + " ".join(cells))
     print("\nLabels at which the mean curve first reaches 85%:")
     reach = {}
-    for s in STRATEGIES:
+    for s in variants:
         hit = None
         for i, n in enumerate(labels):
             accs = [c[i][1] for c in curves[s] if i < len(c)]
@@ -117,8 +146,11 @@ def active_learning(cohort, scratch, rounds, seeds, quick):
                 hit = n
                 break
         reach[s] = hit
-        print(f"  {s:<10} {hit if hit is not None else 'not within ' + str(labels[-1])}")
-    return {"curves": curves, "reach_85": reach}
+        times = acquire_s.get(s, [])
+        mean_time = f"{sum(times) / len(times):.2f} s" if times else "-"
+        print(f"  {s:<10} {hit if hit is not None else 'not within ' + str(labels[-1])}"
+              f"  (acquisition {mean_time} per round)")
+    return {"curves": curves, "reach_85": reach, "acquire_s": acquire_s}
 
 
 def main():
@@ -131,6 +163,10 @@ def main():
     ap.add_argument("--scratch", default=os.path.join(REPO, "build", "quality"))
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--variants", default=",".join(STRATEGIES),
+                    help="strategies, each with optional [acquisition] settings (see above)")
+    ap.add_argument("--start", type=int, default=1000, help="labels the loop starts with")
+    ap.add_argument("--k", type=int, default=1000, help="labels added per round")
     a = ap.parse_args()
     cohort = os.path.abspath(a.cohort)
     if not os.access(cohort, os.X_OK):
@@ -144,7 +180,16 @@ def main():
     if "full" in parts:
         results["full"] = full_labels(cohort, scratch, a.epochs_full, a.quick)
     if "al" in parts:
-        results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick)
+        variants = [v for v in a.variants.split(",") if v]
+        # "bald:selection=softrank,temperature=2" holds commas: a setting joins its variant.
+        joined = []
+        for v in variants:
+            if joined and ":" in joined[-1] and "=" in v and ":" not in v:
+                joined[-1] += "," + v
+            else:
+                joined.append(v)
+        results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick, joined,
+                                        a.start, a.k)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

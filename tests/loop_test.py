@@ -475,6 +475,50 @@ class JournalCare(LoopCase):
         self.assertIn("finished", proc.stdout)
 
 
+class BatchAcquisition(LoopCase):
+    """Cold start, a stochastic batch and augmented members (docs/acquisition.md)."""
+
+    def config(self, d, augment="augment = { shift = 2, flip = true, erase = 0.25 }"):
+        path = write_config(d, rounds=3, k=100, strategy="bald", epochs=1, devices=2)
+        with open(path) as f:
+            text = f.read()
+        text = text.replace('name = "cnn-c"\n', f'name = "cnn-c"\n{augment}\n')
+        text = text.replace("seed = 7\n", 'seed = 7\nselection = "softrank"\n'
+                                           "cold_start_rounds = 1\n")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def picks(self, run_dir):
+        db = journal(run_dir)
+        rows = db.execute("SELECT round, sample_id, score FROM acquisitions "
+                          "ORDER BY round, rank").fetchall()
+        db.close()
+        return rows
+
+    def test_cold_start_then_a_softrank_batch_is_seeded_and_reproducible(self):
+        a, b = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        self.run_loop(self.config(a))
+        self.run_loop(self.config(b))
+        run_a = os.path.join(a, "runs", "loop")
+        picks = self.picks(run_a)
+        # Augmentation and the draw are seeded: a second run picks the same samples.
+        self.assertEqual(picks, self.picks(os.path.join(b, "runs", "loop")))
+        log = cohort("data", "log", os.path.join(run_a, "store")).stdout
+        self.assertIn("round 0: 100 samples by random", log)
+        self.assertIn("round 1: 100 samples by bald", log)
+        round1 = [score for r, _, score in picks if r == 1]
+        self.assertEqual(len(round1), 100)
+        # Drawn, not the top 100: the scores do not come in falling order.
+        self.assertNotEqual(round1, sorted(round1, reverse=True))
+        self.assertTrue(all(score == 0 for r, _, score in picks if r == 0))
+
+    def test_augmenting_what_is_not_an_image_of_that_size_is_refused(self):
+        proc = self.run_loop(self.config(self.dir, augment="augment = { shift = 28 }"), expect=1)
+        self.assertIn("member[3].augment: augment.shift 28 is not smaller than the image's side "
+                      "(features [28, 28])", proc.stderr)
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been

@@ -42,15 +42,15 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   if (c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
                                                                  stacked.samples, stacked.outputs));
-    COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.strategy, view));
+    COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));
   } else {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
                                                                stacked.samples, stacked.classes));
-    COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.strategy, view));
+    COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.StrategyOfRound(round), view));
   }
-  // The same picks as Acquire when no band is set.
-  COHORT_ASSIGN_OR_RETURN(
-      auto picked, SelectTop(scores, k, RoundSeed(acquisition.seed, round), acquisition.band));
+  // The same picks as Acquire when no band is set and the selection is the top k.
+  COHORT_ASSIGN_OR_RETURN(auto picked, SelectBatch(scores, k, RoundSeed(acquisition.seed, round),
+                                                   acquisition.band, acquisition.selection));
   std::vector<AcquiredSample> samples;
   for (int64_t index : picked) {
     auto row = static_cast<uint64_t>(index);
@@ -146,7 +146,7 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,
   COHORT_ASSIGN_OR_RETURN(
       out.output_generation,
       txn->Commit(fmt::format("cohort run {} round {}: {} samples by {}", config.name, round,
-                              picks.ids.size(), config.acquisition.strategy)));
+                              picks.ids.size(), config.acquisition.StrategyOfRound(round))));
   timings->commit_s = Seconds(Clock::now() - t2);
   MaybeCrash("committed");
   return out;

@@ -297,6 +297,84 @@ Result<std::vector<int64_t>> SelectTop(const std::vector<double>& scores, int64_
   return order;
 }
 
+const std::vector<std::string>& BatchSelectionNames() {
+  static const std::vector<std::string> names = {"top", "power", "softmax", "softrank"};
+  return names;
+}
+
+const char* BatchSelectionName(BatchSelection::Kind kind) {
+  switch (kind) {
+    case BatchSelection::Kind::kPower:
+      return "power";
+    case BatchSelection::Kind::kSoftmax:
+      return "softmax";
+    case BatchSelection::Kind::kSoftRank:
+      return "softrank";
+    case BatchSelection::Kind::kTop:
+      break;
+  }
+  return "top";
+}
+
+Result<std::vector<int64_t>> SelectBatch(const std::vector<double>& scores, int64_t k,
+                                         uint64_t seed, const ScoreBand& band,
+                                         const BatchSelection& selection) {
+  if (selection.kind == BatchSelection::Kind::kTop) return SelectTop(scores, k, seed, band);
+  const double t = selection.temperature;
+  if (!(t > 0) || !std::isfinite(t)) {
+    return Status::InvalidArgument("batch selection temperature must be > 0 and finite, not " +
+                                   std::to_string(t));
+  }
+  const auto n = static_cast<int64_t>(scores.size());
+  // Every eligible sample, best first: the band's filter, and the ranks kSoftRank needs.
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> ranked, SelectTop(scores, n, seed, band));
+  if (k < 0) return Status::InvalidArgument("cannot select " + std::to_string(k) + " samples");
+  // Gumbel variates from a stream of their own, so the tie keys of SelectTop stay as they were.
+  std::vector<double> gumbel(static_cast<size_t>(n));
+  uint64_t state = seed ^ 0xD1B54A32D192ED03ULL;
+  for (double& g : gumbel) {
+    const double u = (static_cast<double>(SplitMix64(&state) >> 11) + 0.5) * 0x1.0p-53;  // (0, 1)
+    g = -std::log(-std::log(u));
+  }
+  std::vector<std::pair<double, int64_t>> keyed;
+  keyed.reserve(ranked.size());
+  for (size_t r = 0; r < ranked.size(); ++r) {
+    const int64_t i = ranked[r];
+    const double s = scores[static_cast<size_t>(i)];
+    double log_weight = 0;
+    switch (selection.kind) {
+      case BatchSelection::Kind::kPower:
+        if (s < 0) {
+          return Status::InvalidArgument("power selection needs scores >= 0, and sample " +
+                                         std::to_string(i) + " scores " + std::to_string(s));
+        }
+        // A zero score gets a weight far below any positive one, yet all-zero scores (random)
+        // still draw uniformly.
+        log_weight = std::log(std::max(s, 1e-300)) / t;
+        break;
+      case BatchSelection::Kind::kSoftmax:
+        log_weight = s / t;
+        break;
+      case BatchSelection::Kind::kSoftRank:
+        log_weight = -std::log(static_cast<double>(r + 1)) / t;
+        break;
+      case BatchSelection::Kind::kTop:
+        break;
+    }
+    keyed.emplace_back(log_weight + gumbel[static_cast<size_t>(i)], i);
+  }
+  const auto take = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(keyed.size())));
+  auto better = [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(take), keyed.end(),
+                    better);
+  std::vector<int64_t> picks;
+  picks.reserve(take);
+  for (size_t j = 0; j < take; ++j) picks.push_back(keyed[j].second);
+  return picks;
+}
+
 Result<std::vector<int64_t>> Acquire(const std::string& strategy,
                                      const EnsemblePredictions& predictions, int64_t k,
                                      uint64_t seed, std::vector<double>* scores_out) {

@@ -99,6 +99,33 @@ struct ScoreBand {
 Result<std::vector<int64_t>> SelectTop(const std::vector<double>& scores, int64_t k, uint64_t seed,
                                        const ScoreBand& band = {});
 
+// How a batch is drawn from the scores. kTop: the k highest (SelectTop). The stochastic
+// selections of Kirsch et al., "Stochastic Batch Acquisition" (TMLR 2023) draw k samples
+// without replacement with probability proportional to
+//   kPower:    score^(1/T)          (scores must be >= 0)
+//   kSoftmax:  exp(score / T)
+//   kSoftRank: rank^(-1/T)          (rank 1: the highest score, ties as SelectTop orders them)
+// with T the temperature: as T falls they approach top-k, as it grows uniform sampling. A
+// batch of the k top scores is often k near-copies of one hard region; drawing by score keeps
+// the batch's preference for high scores while spreading it, at the cost of one sort.
+struct BatchSelection {
+  enum class Kind { kTop, kPower, kSoftmax, kSoftRank };
+  Kind kind = Kind::kTop;
+  double temperature = 1;  // > 0
+};
+// "top", "power", "softmax", "softrank": the names the config takes.
+const std::vector<std::string>& BatchSelectionNames();
+const char* BatchSelectionName(BatchSelection::Kind kind);
+
+// The (at most) k eligible samples (the band, as SelectTop) drawn by `selection`, in the order
+// drawn: the Gumbel-top-k trick, one Gumbel variate per sample (eligible or not) in sample
+// order from `seed`, so a draw depends only on the scores, the band and the seed. kTop is
+// SelectTop. Errors: those of SelectTop, a temperature that is not > 0 and finite, a negative
+// score under kPower (the sample is named).
+Result<std::vector<int64_t>> SelectBatch(const std::vector<double>& scores, int64_t k,
+                                         uint64_t seed, const ScoreBand& band,
+                                         const BatchSelection& selection);
+
 // The k most useful distinct sample indices, most useful first, by `strategy`. Ties in score
 // are broken by a pseudo-random key per sample drawn from `seed` (splitmix64), so `random`
 // (all scores equal) is a seeded uniform sample without replacement in random order. If

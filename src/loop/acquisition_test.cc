@@ -478,5 +478,88 @@ TEST(SelectTopTest, Errors) {
   EXPECT_EQ(SelectOk(inf_score, 1, 1, Band(std::nullopt, INFINITY)), (std::vector<int64_t>{5}));
 }
 
+std::vector<int64_t> DrawOk(const std::vector<double>& scores, int64_t k, uint64_t seed,
+                            BatchSelection::Kind kind, double temperature,
+                            const ScoreBand& band = {}) {
+  auto r = SelectBatch(scores, k, seed, band, {.kind = kind, .temperature = temperature});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : std::vector<int64_t>{};
+}
+
+std::vector<double> Ramp(int n) {
+  std::vector<double> scores;
+  for (int i = 0; i < n; i++) scores.push_back(static_cast<double>((i * 37) % n) / n);
+  return scores;
+}
+
+TEST(BatchSelectionTest, TopIsSelectTopAndColdStochasticDrawsApproachIt) {
+  const std::vector<double> scores = Ramp(100);
+  const auto top = *SelectTop(scores, 10, 5);
+  EXPECT_EQ(DrawOk(scores, 10, 5, BatchSelection::Kind::kTop, 1), top);
+  // Score gaps of 0.01 over a temperature of 1e-4 dwarf any Gumbel draw.
+  EXPECT_EQ(DrawOk(scores, 10, 5, BatchSelection::Kind::kSoftmax, 1e-4), top);
+  EXPECT_EQ(DrawOk(scores, 10, 5, BatchSelection::Kind::kSoftRank, 1e-4), top);
+  // Scores >= 0.01 differ by factors >= 1.01 below 1, so log-ratios / 1e-5 dwarf them too.
+  EXPECT_EQ(DrawOk(scores, 10, 5, BatchSelection::Kind::kPower, 1e-5), top);
+}
+
+TEST(BatchSelectionTest, DrawsAreSeededDistinctAndInTheBand) {
+  const std::vector<double> scores = Ramp(200);
+  for (auto kind : {BatchSelection::Kind::kPower, BatchSelection::Kind::kSoftmax,
+                    BatchSelection::Kind::kSoftRank}) {
+    SCOPED_TRACE(BatchSelectionName(kind));
+    const auto a = DrawOk(scores, 30, 11, kind, 1);
+    EXPECT_EQ(a, DrawOk(scores, 30, 11, kind, 1));
+    EXPECT_NE(a, DrawOk(scores, 30, 12, kind, 1));
+    EXPECT_EQ(std::set<int64_t>(a.begin(), a.end()).size(), 30u);
+    EXPECT_NE(a, *SelectTop(scores, 30, 11));  // a draw, not the top 30
+    const auto banded = DrawOk(scores, 300, 11, kind, 1, Band(0.25, 0.5));
+    EXPECT_EQ(banded.size(), 50u);  // every eligible sample, when k exceeds them
+    for (int64_t i : banded) {
+      EXPECT_GE(scores[i], 0.25);
+      EXPECT_LT(scores[i], 0.5);
+    }
+  }
+}
+
+// Gumbel-top-1 is exact sampling from the weights: count first picks over many seeds.
+TEST(BatchSelectionTest, FirstPickFollowsTheWeights) {
+  const int draws = 20000;
+  auto share_of_first = [&](const std::vector<double>& scores, BatchSelection::Kind kind,
+                            double t) {
+    int first = 0;
+    for (int seed = 0; seed < draws; seed++) {
+      first += DrawOk(scores, 1, static_cast<uint64_t>(seed), kind, t)[0] == 0;
+    }
+    return static_cast<double>(first) / draws;
+  };
+  // Power, T = 1: weights 3 and 1; T = 2: sqrt(3) and 1.
+  EXPECT_NEAR(share_of_first({3, 1}, BatchSelection::Kind::kPower, 1), 0.75, 0.015);
+  EXPECT_NEAR(share_of_first({3, 1}, BatchSelection::Kind::kPower, 2),
+              std::sqrt(3.0) / (std::sqrt(3.0) + 1), 0.015);
+  // Softmax: e^(2/1) against e^0 and e^0.
+  const double e2 = std::exp(2.0);
+  EXPECT_NEAR(share_of_first({2, 0, 0}, BatchSelection::Kind::kSoftmax, 1), e2 / (e2 + 2), 0.015);
+  // Softrank, T = 1: ranks 1, 2, 3 weigh 1, 1/2, 1/3, whatever the scores' scale.
+  EXPECT_NEAR(share_of_first({100, 5, 0.1}, BatchSelection::Kind::kSoftRank, 1), 6.0 / 11, 0.015);
+  // All-zero scores (random) under power: uniform, not the first index.
+  EXPECT_NEAR(share_of_first({0, 0, 0, 0}, BatchSelection::Kind::kPower, 1), 0.25, 0.015);
+}
+
+TEST(BatchSelectionTest, BadInputsAreRefused) {
+  const BatchSelection power{.kind = BatchSelection::Kind::kPower, .temperature = 1};
+  auto negative = SelectBatch({0.5, -0.25}, 1, 1, {}, power);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("sample 1"), std::string::npos);
+  for (double t : {0.0, -1.0, double(NAN), double(INFINITY)}) {
+    EXPECT_FALSE(SelectBatch({0.5, 0.25}, 1, 1, {},
+                             {.kind = BatchSelection::Kind::kSoftmax, .temperature = t})
+                     .ok())
+        << t;
+  }
+  EXPECT_FALSE(SelectBatch({0.5, NAN}, 1, 1, {}, power).ok());
+  EXPECT_FALSE(SelectBatch({0.5, 0.25}, -1, 1, {}, power).ok());
+}
+
 }  // namespace
 }  // namespace cohort::loop

@@ -762,7 +762,8 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
     r.Missing("acquisition", "an [acquisition] table, for the acquire step");
   }
   Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
-           {"strategy", "batch_size", "seed", "min_score", "max_score"});
+           {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
+            "cold_start_rounds", "cold_start_strategy"});
   const std::vector<std::string> strategies = AllStrategyNames();
   std::string& strategy = c->acquisition.strategy;
   if (a.String("strategy", &strategy)) {
@@ -800,6 +801,52 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
   if (a.ok() && band.lower && band.upper && *band.lower >= *band.upper) {
     a.Fail("max_score", fmt::format("{} is not above min_score {}: no sample could be picked",
                                     *band.upper, *band.lower));
+  }
+  BatchSelection& selection = c->acquisition.selection;
+  if (std::string name; a.String("selection", &name)) {
+    const std::vector<std::string>& names = BatchSelectionNames();
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      std::string suggestion = ClosestName(name, names);
+      a.Fail("selection", "unknown selection '" + name + "'" +
+                              (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
+                              "; one of " + NameList(names));
+    } else {
+      selection.kind = static_cast<BatchSelection::Kind>(it - names.begin());
+    }
+  }
+  if (a.Number("temperature", &selection.temperature)) {
+    if (!(selection.temperature > 0 && selection.temperature <= 1e6)) {
+      a.Fail("temperature", "must be > 0 and at most 1e6");
+    } else if (selection.kind == BatchSelection::Kind::kTop) {
+      a.Fail("temperature", "only for a stochastic selection (power, softmax, softrank)");
+    }
+  }
+  a.Int("cold_start_rounds", &c->acquisition.cold_start_rounds, 0);
+  if (a.String("cold_start_strategy", &c->acquisition.cold_start_strategy)) {
+    const std::string& cold = c->acquisition.cold_start_strategy;
+    if (std::find(strategies.begin(), strategies.end(), cold) == strategies.end()) {
+      std::string suggestion = ClosestName(cold, strategies);
+      a.Fail("cold_start_strategy",
+             "unknown strategy '" + cold + "'" +
+                 (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") + "; one of " +
+                 NameList(strategies));
+    } else if (c->acquisition.cold_start_rounds == 0) {
+      a.Fail("cold_start_strategy", "set cold_start_rounds too: the rounds it acquires in");
+    } else if (NeedsSeveralMembersInAnyRun(cold) && c->members.size() < 2) {
+      a.Fail("cold_start_strategy", "'" + cold +
+                                        "' measures disagreement between members and needs at "
+                                        "least 2 [[member]] entries");
+    }
+  }
+  // margin's scores are <= 0 (the negated gap): no power of them is a weight.
+  const bool cold_margin =
+      c->acquisition.cold_start_rounds > 0 && c->acquisition.cold_start_strategy == "margin";
+  if (a.ok() && selection.kind == BatchSelection::Kind::kPower &&
+      (strategy == "margin" || cold_margin)) {
+    a.Fail("selection",
+           "power draws by score^(1/T), and margin's scores are <= 0; use softmax "
+           "or softrank");
   }
 }
 
@@ -1362,6 +1409,8 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
     } else {
       j = model::TrainConfigToJson(m.train);
       for (const auto& [key, why] : ReservedTrainKeys()) j.erase(key);
+      // Only when on, so the JSON (and fingerprint) of a run from before it stays as it was.
+      if (!m.train.augment.enabled()) j.erase("augment");
     }
     j["name"] = m.name;
     j["warm_start"] = m.warm_start;
@@ -1406,6 +1455,14 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   };
   // Only when set, so the JSON (and fingerprint) of a run from before it stays as it was.
   if (c.oracle.timeout_s > 0) out["oracle"]["timeout_s"] = c.oracle.timeout_s;
+  if (c.acquisition.selection.kind != BatchSelection::Kind::kTop) {
+    out["acquisition"]["selection"] = BatchSelectionName(c.acquisition.selection.kind);
+    out["acquisition"]["temperature"] = c.acquisition.selection.temperature;
+  }
+  if (c.acquisition.cold_start_rounds > 0) {
+    out["acquisition"]["cold_start_rounds"] = c.acquisition.cold_start_rounds;
+    out["acquisition"]["cold_start_strategy"] = c.acquisition.cold_start_strategy;
+  }
   if (c.updates_explicit) {
     json updates = json::array();
     for (const UpdateStepConfig& u : c.updates) {

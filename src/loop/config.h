@@ -68,6 +68,17 @@ struct AcquisitionConfig {
   // levels: below, the members agree already; above, the sample is an outlier), so a round
   // may pick fewer than k. Unset bounds are open.
   ScoreBand band;
+  // How the batch is drawn from the scores (acquisition.h): the top k, or a stochastic draw
+  // (power, softmax, softrank) at `temperature`.
+  BatchSelection selection;
+  // Cold start: rounds 0 .. cold_start_rounds - 1 acquire by `cold_start_strategy` instead (an
+  // ensemble trained on few labels scores badly; random picks beat its uncertainty there).
+  int64_t cold_start_rounds = 0;
+  std::string cold_start_strategy = "random";
+  // The strategy round `round` acquires by.
+  const std::string& StrategyOfRound(int64_t round) const {
+    return round < cold_start_rounds ? cold_start_strategy : strategy;
+  }
 };
 
 struct OracleConfig {

@@ -7,6 +7,7 @@
 #include "loop/acquisition.h"
 #include "loop/predictions.h"
 #include "loop/regression.h"
+#include "model/augment.h"
 #include "model/spec.h"
 #include "model/task.h"
 
@@ -34,15 +35,19 @@ Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
                         const store::Snapshot& snap) {
   const std::vector<std::string>& strategies =
       task.regression ? RegressionStrategies() : AcquisitionStrategies();
-  const std::string& strategy = config.acquisition.strategy;
-  if (HasAcquireStep(config) && !strategy.empty() &&
-      std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
-    std::string names;
-    for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s;
-    return Status::InvalidArgument(fmt::format(
-        "{}: acquisition.strategy: '{}' does not fit a {} (the train table '{}' decides); "
-        "one of {}",
-        config.path, strategy, task.Describe(), config.store.train, names));
+  const AcquisitionConfig& acquisition = config.acquisition;
+  for (const auto& [field, strategy] :
+       {std::pair<std::string, std::string>{"strategy", acquisition.strategy},
+        {"cold_start_strategy",
+         acquisition.cold_start_rounds > 0 ? acquisition.cold_start_strategy : ""}}) {
+    if (HasAcquireStep(config) && !strategy.empty() &&
+        std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
+      std::string names;
+      for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s;
+      return Status::InvalidArgument(fmt::format(
+          "{}: acquisition.{}: '{}' does not fit a {} (the train table '{}' decides); one of {}",
+          config.path, field, strategy, task.Describe(), config.store.train, names));
+    }
   }
   for (const UpdateStepConfig& u : config.updates) {
     if (u.kind == UpdateStepConfig::Kind::kImportNew && !snap.has_table(u.table)) {
@@ -155,6 +160,10 @@ Status CheckConfigAgainstStore(const LoopConfig& config, const store::Snapshot& 
     auto shapes = model::InferShapes(*spec, meta->input_shape, meta->outputs, m.name);
     if (!shapes.ok()) {
       return Status::InvalidArgument(ModelWhere(config, i) + ": " + shapes.status().message());
+    }
+    if (std::string why = model::CheckAugmentShape(m.train.augment, train->schema().feature_shape);
+        !why.empty()) {
+      return Status::InvalidArgument(MemberWhere(config, i) + ".augment: " + why);
     }
   }
   return Status::OK();

@@ -541,6 +541,46 @@ TEST(LoopConfigTest, RelabelOrDropAndTrainPredictions) {
             "\"relabel_or_drop\"");
 }
 
+TEST(LoopConfigTest, BatchSelectionAndColdStart) {
+  const std::string base = "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 100\n";
+  auto with = [&](const std::string& extra) { return Replace(kFull, base, base + extra); };
+  auto c = ParseLoopConfig(with("selection = \"softrank\"\ntemperature = 0.5\n"
+                                "cold_start_rounds = 2\n"),
+                           "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->acquisition.selection.kind, BatchSelection::Kind::kSoftRank);
+  EXPECT_EQ(c->acquisition.selection.temperature, 0.5);
+  EXPECT_EQ(c->acquisition.cold_start_rounds, 2);
+  EXPECT_EQ(c->acquisition.StrategyOfRound(0), "random");
+  EXPECT_EQ(c->acquisition.StrategyOfRound(1), "random");
+  EXPECT_EQ(c->acquisition.StrategyOfRound(2), "entropy");
+  // A run that sets neither keeps its JSON, and so its fingerprint, as before.
+  auto plain = ParseLoopConfig(kFull, "dir/loop.toml", "/base");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(LoopConfigToJson(*plain)["acquisition"].contains("selection"));
+  EXPECT_FALSE(LoopConfigToJson(*plain)["acquisition"].contains("cold_start_rounds"));
+  EXPECT_NE(LoopConfigFingerprint(*c), LoopConfigFingerprint(*plain));
+
+  EXPECT_EQ(Error(with("selection = \"sofmax\"\n")),
+            "dir/loop.toml:34: acquisition.selection: unknown selection 'sofmax' (did you mean "
+            "softmax?); one of top, power, softmax, softrank");
+  EXPECT_EQ(Error(with("temperature = 2\n")),
+            "dir/loop.toml:34: acquisition.temperature: only for a stochastic selection (power, "
+            "softmax, softrank)");
+  EXPECT_EQ(Error(with("selection = \"power\"\ntemperature = 0\n")),
+            "dir/loop.toml:35: acquisition.temperature: must be > 0 and at most 1e6");
+  EXPECT_EQ(Error(Replace(with("selection = \"power\"\n"), "\"entropy\"", "\"margin\"")),
+            "dir/loop.toml:34: acquisition.selection: power draws by score^(1/T), and margin's "
+            "scores are <= 0; use softmax or softrank");
+  EXPECT_EQ(Error(with("cold_start_strategy = \"bald\"\n")),
+            "dir/loop.toml:34: acquisition.cold_start_strategy: set cold_start_rounds too: the "
+            "rounds it acquires in");
+  EXPECT_EQ(Error(with("cold_start_rounds = 1\ncold_start_strategy = \"randon\"\n")),
+            "dir/loop.toml:35: acquisition.cold_start_strategy: unknown strategy 'randon' (did "
+            "you mean random?); one of random, entropy, margin, least_confident, variance, bald, "
+            "vote_entropy, max_deviation, mean_deviation");
+}
+
 TEST(LoopConfigTest, NoStopRule) {
   std::string text = Replace(kFull, "max_rounds = 4\ntarget = { metric = \"nll\", value = 0.3 }\n",
                              "stop_when_pool_exhausted = true\n");

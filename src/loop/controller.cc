@@ -707,7 +707,7 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   COHORT_RETURN_IF_ERROR(journal.FinishRound(run_id, round, outcome));
   round_seconds_.push_back(RoundWallSeconds(outcome.timings));
   display_->Note(fmt::format("{}; acquired {} by {}, committed generation {} ({} labels)", summary,
-                             acquired.acquired, config_.acquisition.strategy,
+                             acquired.acquired, config_.acquisition.StrategyOfRound(round),
                              acquired.output_generation, outcome.labels_total));
   *next_generation = acquired.output_generation;
   return true;
@@ -736,8 +736,8 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& ro
           AcquireResult acquired,
           AcquireAndCommit(context, round, round_snap, results, k, &outcome->timings));
       for (const std::string& note : acquired.notes) display_->Note("warning: " + note);
-      record.summary =
-          fmt::format("acquired {} by {}", acquired.acquired, config_.acquisition.strategy);
+      record.summary = fmt::format("acquired {} by {}", acquired.acquired,
+                                   config_.acquisition.StrategyOfRound(round));
       if (acquired.acquired > 0) {
         ChangeCounts counts;
         counts.tables[config_.store.pool].moved_out = acquired.acquired;

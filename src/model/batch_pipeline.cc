@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/augment.h"
+
 namespace cohort::model {
 
 BatchPipeline::BatchPipeline(const store::Table& table, bool with_labels, int64_t batch_size)
@@ -25,9 +27,10 @@ void BatchPipeline::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void BatchPipeline::Start(std::vector<uint64_t> rows) {
+void BatchPipeline::Start(std::vector<uint64_t> rows, uint64_t pass_seed) {
   Stop();
   rows_ = std::move(rows);
+  pass_seed_ = pass_seed;
   for (Slot& s : slots_) {
     s.filled = false;
     s.index = -1;
@@ -53,6 +56,11 @@ void BatchPipeline::Produce() {
     const size_t n = std::min(batch_size_, rows_.size() - begin);
     std::span<const uint64_t> rows(rows_.data() + begin, n);
     Status st = table_.GatherFeatures(rows, slot.features.data());
+    if (st.ok() && augment_.enabled()) {
+      st = AugmentBatch(augment_, table_.schema().feature_dtype, table_.schema().feature_shape,
+                        slot.features.data(), static_cast<int64_t>(n), pass_seed_,
+                        static_cast<int64_t>(begin));
+    }
     if (st.ok() && with_labels_) st = table_.GatherLabels(rows, slot.labels.data());
     {
       std::lock_guard<std::mutex> lock(mu_);

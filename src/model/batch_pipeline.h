@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/train_config.h"
 #include "store/snapshot.h"
 
 namespace cohort::model {
@@ -38,8 +39,11 @@ class BatchPipeline {
   BatchPipeline(const BatchPipeline&) = delete;
   BatchPipeline& operator=(const BatchPipeline&) = delete;
 
-  // Begins a pass over `rows` (table row numbers), stopping any pass in progress.
-  void Start(std::vector<uint64_t> rows);
+  // Training passes augment their features (augment.h); off until this is called.
+  void SetAugmentation(const AugmentConfig& augment) { augment_ = augment; }
+  // Begins a pass over `rows` (table row numbers), stopping any pass in progress;
+  // `pass_seed` draws the pass's augmentations.
+  void Start(std::vector<uint64_t> rows, uint64_t pass_seed = 0);
   // The next batch of the pass; nullopt once the pass is over. A gather error (a row out of
   // range) is returned as the Status.
   Result<std::optional<Batch>> Next();
@@ -64,6 +68,8 @@ class BatchPipeline {
   const bool with_labels_;
   const size_t batch_size_;
   std::vector<uint64_t> rows_;
+  AugmentConfig augment_;
+  uint64_t pass_seed_ = 0;
   Slot slots_[2];
   int64_t next_index_ = 0;  // consumer: the batch Next() returns next
   int64_t held_ = -1;       // consumer: slot index currently lent out, or -1

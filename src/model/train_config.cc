@@ -117,6 +117,15 @@ std::vector<TrainConfigField> MakeFields() {
       Field<&TrainConfig::warm_start_from>(
           "warm_start_from",
           "continue from this checkpoint's weights and optimizer state (empty: fresh)"),
+      Field<&TrainConfig::augment, &AugmentConfig::shift>(
+          "augment.shift", NotNegative(),
+          "image members: shift each training image by up to this many pixels (0: off)"),
+      Field<&TrainConfig::augment, &AugmentConfig::flip>(
+          "augment.flip",
+          "image members: flip each training image left-right with probability 1/2"),
+      Field<&TrainConfig::augment, &AugmentConfig::erase>(
+          "augment.erase", Fraction(),
+          "image members: erase a random rectangle of each training image with this probability"),
       Field<&TrainConfig::device, &DeviceConfig::device>("device.device", "cpu, cuda or cuda:N"),
       Field<&TrainConfig::device, &DeviceConfig::threads>("device.threads", AtLeast(1),
                                                           "intra-op threads on CPU"),

@@ -35,6 +35,14 @@ struct ScheduleConfig {
   double min_learning_rate = 0.0;  // cosine: the floor at the last epoch
 };
 
+// Augmentation of image features while training (augment.h); all off by default.
+struct AugmentConfig {
+  int64_t shift = 0;  // shift by up to this many pixels each way (pad with 0 and crop)
+  bool flip = false;  // flip left-right with probability 1/2
+  double erase = 0;   // erase a random rectangle with this probability
+  bool enabled() const { return shift > 0 || flip || erase > 0; }
+};
+
 struct DeviceConfig {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int threads = 1;             // intra-op threads on CPU
@@ -62,6 +70,7 @@ struct TrainConfig {
   // Continue from this checkpoint's weights and optimizer state instead of fresh
   // initialisation (the member's previous round). Empty: fresh.
   std::string warm_start_from;
+  AugmentConfig augment;
   DeviceConfig device;
 };
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "model/augment.h"
 #include "model/batch_pipeline.h"
 #include "model/checkpoint.h"
 #include "model/member.h"
@@ -115,6 +116,10 @@ Result<Plan> MakePlan(const store::Snapshot& snapshot, const std::string& table_
     return Status::InvalidArgument("member " + config.member + ": table " + table_name +
                                    " is empty");
   }
+  if (std::string why = CheckAugmentShape(config.augment, plan.table->schema().feature_shape);
+      !why.empty()) {
+    return Status::InvalidArgument("member " + config.member + ": " + why);
+  }
   return plan;
 }
 
@@ -205,6 +210,7 @@ class TrainingRun {
         // on the device and read (and checked for NaN) when progress is reported and per
         // epoch.
         read_loss_each_step_(plan.device.is_cpu()) {
+    pipeline_.SetAugmentation(config.augment);
     if (!rows_.validation.empty()) {
       val_pipeline_ = std::make_unique<BatchPipeline>(*plan.table, /*with_labels=*/true,
                                                       PassBatchRows(*plan.table, &plan.meta));
@@ -293,7 +299,7 @@ class TrainingRun {
     const auto epoch_start = Clock::now();
     auto last_report = epoch_start;
     net_->train();
-    pipeline_.Start(Shuffled(rows_.train, rng));
+    pipeline_.Start(Shuffled(rows_.train, rng), AugmentPassSeed(config_.seed, epoch));
     EpochLoss loss;
     loss.device_sum = torch::zeros({}, torch::TensorOptions().device(plan_.device));
     double lr = 0;
