@@ -96,7 +96,7 @@ def full_labels(cohort, scratch, epochs, quick):
                                              "brier": ens[3]}, "seconds": seconds}
 
 
-def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k):
+def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, members=None):
     start = 300 if quick else start
     store = os.path.join(scratch, f"store-al-{start}")
     if quick:
@@ -110,7 +110,7 @@ def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k):
             strategy, settings = parse_variant(variant)
             name = "al-" + re.sub(r"[^a-z0-9_.-]+", "-", variant) + f"-{start}-{k}-{seed}"
             text = config_text(name, store, rounds, strategy=strategy, seed=seed,
-                               epochs=1 if quick else None, members=2 if quick else None,
+                               epochs=1 if quick else None, members=2 if quick else members,
                                k=200 if quick else k)
             extra = "".join(f"{key} = {value}\n" for key, value in settings.items())
             text = re.sub(r"^(\[acquisition\]\n)", lambda m: m.group(1) + extra, text,
@@ -167,6 +167,7 @@ def main():
                     help="strategies, each with optional [acquisition] settings (see above)")
     ap.add_argument("--start", type=int, default=1000, help="labels the loop starts with")
     ap.add_argument("--k", type=int, default=1000, help="labels added per round")
+    ap.add_argument("--members", type=int, help="the example's first N members only (AL part)")
     a = ap.parse_args()
     cohort = os.path.abspath(a.cohort)
     if not os.access(cohort, os.X_OK):
@@ -189,7 +190,7 @@ def main():
             else:
                 joined.append(v)
         results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick, joined,
-                                        a.start, a.k)
+                                        a.start, a.k, a.members)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
