@@ -7,6 +7,7 @@ Run by ctest as: /usr/bin/python3 tests/update_step_test.py COHORT_BINARY SCRATC
 """
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -393,6 +394,55 @@ class UpdateSteps(LoopCase):
         self.run_loop(config, env=self.env())
         self.assertEqual(len(runs_of(runs)), 2)
         self.assertEqual(self.status(self.run_dir())["status"], "finished")
+
+    def test_sigkill_anywhere_in_a_run_of_every_step_kind_then_resume_is_identical(self):
+        """acquire, pseudo_label, relabel_or_drop and a command step in each round; the
+        controller killed at random moments (or at the steps' crash points) and resumed ends
+        exactly where a run never killed does."""
+        steps = ('[[update]]\nkind = "acquire"\n\n[[update]]\nkind = "pseudo_label"\n'
+                 'threshold = 0.8\nmax_per_round = 20\n\n[[update]]\nkind = "relabel_or_drop"\n'
+                 'threshold = 0.05\nmax_per_round = 10\n\n[[update]]\nkind = "command"\n'
+                 f'command = ["/usr/bin/python3", "{PROGRAM}"]\n')
+
+        def config(d):
+            return write_config(d, rounds=3, k=20, members=loop_test.MEMBERS[:2], devices=2,
+                                strategy="entropy", epochs=2, oracle=steps)
+
+        def result(run_dir):
+            got = loop_test.outcome(run_dir)
+            db = journal(run_dir)
+            got["steps"] = [tuple(r) for r in db.execute(
+                "SELECT round, step, kind, output_generation, summary, counts_json "
+                "FROM update_steps ORDER BY round, step")]
+            db.close()
+            train = cohort_store.open(os.path.join(run_dir, "store")).table("train")
+            got["train"] = (train.ids.tolist(), np.asarray(train.labels).tolist())
+            return got
+
+        ref = os.path.join(self.dir, "ref")
+        t0 = time.monotonic()
+        self.run_loop(config(ref), env=self.env())
+        ref_seconds = time.monotonic() - t0
+        reference = result(os.path.join(ref, "runs", "loop"))
+        self.assertEqual(len(reference["steps"]), 2 * 4)  # the last round runs no steps
+        points = ["update-ran", "update-committed", "update-ran:2", "committed:2"]
+        rng = random.Random(2026)
+        for trial in range(int(os.environ.get("COHORT_CRASH_TRIALS", "8"))):
+            with self.subTest(trial=trial):
+                d = os.path.join(self.dir, f"trial-{trial}")
+                path = config(d)
+                if trial < len(points):
+                    self.run_loop(path, expect=-signal.SIGKILL,
+                                  env=self.env(COHORT_CRASH_AT=points[trial]))
+                else:
+                    proc = self.start(path, env=self.env())
+                    try:
+                        proc.wait(timeout=rng.uniform(0.05, ref_seconds))
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    proc.communicate()
+                self.run_loop(path, env=self.env())
+                self.assertEqual(result(os.path.join(d, "runs", "loop")), reference)
 
     # ---- relabel_or_drop (curation) on a store whose train labels were flipped on purpose
 

@@ -730,6 +730,7 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& ro
                             .name = config.name};
     const auto t0 = std::chrono::steady_clock::now();
     const uint64_t before = current;
+    const char* resumed = "";
     if (config.kind == UpdateStepConfig::Kind::kAcquire) {
       // Always the first step (LoadConfig): it picks by the round's own predictions.
       COHORT_ASSIGN_OR_RETURN(
@@ -750,15 +751,19 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& ro
       COHORT_ASSIGN_OR_RETURN(UpdateStepResult step,
                               RunCommandStep(context, round, i, generation, current, results));
       for (const std::string& note : step.notes) display_->Note("warning: " + note);
-      record.summary = step.summary + (step.resumed ? " (committed before the restart)" : "");
+      record.summary = step.summary;
       record.counts_json = ChangeCountsJson(step.counts);
       current = step.output_generation;
+      if (step.resumed) {
+        resumed =
+            step.committed ? " (committed before the restart)" : " (ended before the restart)";
+      }
     }
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (config.kind != UpdateStepConfig::Kind::kAcquire)
       outcome->timings.commit_s += record.seconds;
     if (current != before) record.output_generation = current;
-    said += fmt::format("; step {} ({}): {}", i + 1, config.name, record.summary);
+    said += fmt::format("; step {} ({}): {}{}", i + 1, config.name, record.summary, resumed);
     COHORT_RETURN_IF_ERROR(journal.RecordUpdateStep(run_id, round, record));
   }
   COHORT_ASSIGN_OR_RETURN(Tables out, OpenTables(current));

@@ -505,6 +505,18 @@ Result<UpdateStepResult> RunCommandStep(const AcquireContext& c, int64_t round, 
       return out;
     }
   }
+  // Steps run in order, so a later step's commit means this one ended before it, committing
+  // nothing (its journal record was written then).
+  for (size_t later = step_index + 1; later < config.updates.size(); ++later) {
+    const std::string later_prefix = UpdateStepNotePrefix(config, round, later);
+    for (const store::Manifest& m : history) {
+      if (m.generation > round_generation && m.note.rfind(later_prefix, 0) == 0) {
+        out.resumed = true;
+        out.summary = "no changes";
+        return out;
+      }
+    }
+  }
   const uint64_t current = history.back().generation;
   if (current != input_generation) {
     return Status::Corruption(

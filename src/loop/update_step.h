@@ -18,6 +18,7 @@
 //
 // Resume: a step's commit is recognised by its note in the store's history (past the round's
 // input generation), so a controller killed after the commit does not run the program again;
+// nor when a later step of the round has committed (this one then ended with no changes);
 // killed before it, the change-set directory is cleared and the program runs again.
 //
 // Thread-safety: used by the controller thread only.
@@ -38,9 +39,10 @@ namespace cohort::loop {
 struct UpdateStepResult {
   uint64_t output_generation = 0;  // the input generation when nothing was committed
   bool committed = false;
-  bool resumed = false;  // the commit was found from an earlier start; the program did not run
-  std::string summary;   // "train: 2 added, 3 removed" or "no changes"
-  ChangeCounts counts;   // what the commit changed (read back from its note when resumed)
+  // The step had ended before a restart (its commit found, or a later step's): it did not run.
+  bool resumed = false;
+  std::string summary;             // "train: 2 added, 3 removed" or "no changes"
+  ChangeCounts counts;             // what the commit changed (read back from its note when resumed)
   std::vector<std::string> notes;  // what the store repaired when the commit began
 };
 
