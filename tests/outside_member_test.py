@@ -10,6 +10,8 @@ import os
 import sys
 import unittest
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_test  # noqa: E402  (the shared store and config helpers)
 from loop_test import LoopCase, cohort, journal, write_config  # noqa: E402
@@ -66,6 +68,32 @@ class OutsideMembers(LoopCase):
         self.assertEqual(spec["round"], 1)
         self.assertEqual(spec["config"]["hidden"], [32])
         self.assertEqual(spec["config"]["classes"], 10)  # [defaults] merged in
+
+    def test_an_update_step_that_reads_train_predictions_gets_them_from_every_member(self):
+        steps = ('[[update]]\nkind = "acquire"\n\n[[update]]\nkind = "relabel_or_drop"\n'
+                 'threshold = 0.02\nmax_per_round = 5\n')
+        config = write_config(self.dir, rounds=2, k=50, members=loop_test.MEMBERS[:1],
+                              extra_member=script_member("centroids", seed=2), oracle=steps)
+        self.run_loop(config)
+        run_dir = os.path.join(self.dir, "runs", "loop")
+        db = journal(run_dir)
+        rows = db.execute("SELECT member, round, json_extract(predictions_json, '$.train') "
+                          "FROM attempts WHERE status = 'done' ORDER BY round, member").fetchall()
+        db.close()
+        # Round 0 runs the steps, so every member predicted the train table; the last round
+        # runs none, so none did.
+        self.assertEqual([(m, r, f is not None) for m, r, f in rows],
+                         [("centroids", 0, True), ("mlp-a", 0, True),
+                          ("centroids", 1, False), ("mlp-a", 1, False)])
+        spec = json.loads(read(run_dir, "members", "centroids", "round-0000", "attempt-1",
+                               "spec.json"))
+        self.assertIn("train", spec["predictions"])
+        for member, rnd, path in rows:
+            if path is None:
+                continue
+            probs = np.load(os.path.join(run_dir, path))
+            self.assertEqual(probs.shape, (300, 10), member)  # the round's 300 train rows
+        self.assertTrue(spec["predictions"]["train"].endswith("predictions-train.npy"))
 
     def test_misbehaving_scripts(self):
         extra = (script_member("crashes-once", "crash-first", 2)

@@ -73,7 +73,9 @@ def main():
 
     pool, _ = r.pool()
     test, _ = r.test()
-    r.write_predictions(predict(np.asarray(pool)), predict(np.asarray(test)))
+    train_x, _ = r.train()
+    r.write_predictions(predict(np.asarray(pool)), predict(np.asarray(test)),
+                        train=predict(np.asarray(train_x)) if r.predicts_train else None)
     r.done(metrics={"centroids": classes}, epochs=[{"epoch": 1, "train_loss": 0.5, "seconds": 0.1}])
 
 
