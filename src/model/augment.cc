@@ -49,7 +49,7 @@ void AugmentSample(const AugmentConfig& config, T* sample, int64_t planes, int64
           const int64_t shifted = x - dx;
           const int64_t sx = flip ? width - 1 - shifted : shifted;
           const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
-          out[y * width + x] = inside ? in[sy * width + sx] : T(0);
+          out[y * width + x] = inside ? in[sy * width + sx] : T{0};
         }
       }
     }
@@ -65,7 +65,7 @@ void AugmentSample(const AugmentConfig& config, T* sample, int64_t planes, int64
     const int64_t x0 = random.Between(0, width - w);
     for (int64_t c = 0; c < planes; c++) {
       for (int64_t y = y0; y < y0 + h; y++) {
-        std::fill_n(sample + c * plane + y * width + x0, w, T(0));
+        std::fill_n(sample + c * plane + y * width + x0, w, T{0});
       }
     }
   }

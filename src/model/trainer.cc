@@ -171,6 +171,16 @@ Result<Network> BuildNetwork(const Plan& plan, const Rows& rows, const TrainConf
   Network net(plan.spec, plan.meta.input_shape, plan.meta.outputs, plan.meta.standardize);
   if (config.standardize) {
     COHORT_ASSIGN_OR_RETURN(auto moments, FeatureMoments(*plan.table, rows.train, plan.meta));
+    if (config.augment.enabled()) {
+      // Per-pixel statistics would blow up the pixels augmentation moves content into: a
+      // border pixel that is almost always 0 has a tiny std. One mean and std over every pixel.
+      torch::NoGradGuard no_grad;
+      const torch::Tensor mean = moments.first.mean();
+      const torch::Tensor var =
+          (moments.second.square() + moments.first.square()).mean() - mean.square();
+      moments.first = torch::full_like(moments.first, mean.item<float>());
+      moments.second = torch::full_like(moments.second, var.clamp_min(0).sqrt().item<float>());
+    }
     net->SetStandardization(moments.first, moments.second);
   }
   if (!config.warm_start_from.empty()) {
