@@ -727,7 +727,11 @@ Result<bool> Controller::RunUpdateSteps(int64_t round, const store::Snapshot& ro
     const UpdateStepConfig& config = config_.updates[i];
     UpdateStepRecord record{.step = static_cast<int64_t>(i + 1),
                             .kind = UpdateKindName(config.kind),
-                            .name = config.name};
+                            .name = config.name,
+                            .output_generation = std::nullopt,
+                            .summary = "",
+                            .counts_json = "{}",
+                            .seconds = 0};
     const auto t0 = std::chrono::steady_clock::now();
     const uint64_t before = current;
     const char* resumed = "";

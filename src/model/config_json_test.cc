@@ -80,12 +80,14 @@ TEST(ConfigJsonTest, RoundTripKeepsEveryField) {
 
 TEST(ConfigJsonTest, ToJsonUsesTheFieldNames) {
   json j = TrainConfigToJson(TrainConfig{});
-  for (const char* key : {"member", "model", "loss", "label_smoothing", "classes", "standardize",
-                          "optimizer", "schedule", "grad_clip_norm", "batch_size", "epochs", "seed",
-                          "validation_fraction", "patience", "warm_start_from", "device"}) {
+  for (const char* key :
+       {"member", "model", "loss", "label_smoothing", "classes", "standardize", "optimizer",
+        "schedule", "grad_clip_norm", "batch_size", "epochs", "seed", "validation_fraction",
+        "patience", "warm_start_from", "augment", "device"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 16u);
+  EXPECT_EQ(j.size(), 17u);
+  EXPECT_EQ(j["augment"].size(), 3u);
   EXPECT_EQ(j["optimizer"].size(), 6u);
   EXPECT_EQ(j["optimizer"]["learning_rate"], 1e-3);
   EXPECT_EQ(j["schedule"].size(), 5u);
