@@ -44,10 +44,10 @@ def build_store(cohort, path, train, pool, test, reuse=False):
 
 
 def config_text(name, store, rounds, strategy=None, seed=None, epochs=None, members=None,
-                k=None):
+                k=None, defaults=None):
     """The example config with another name, store and round count; optionally another
     strategy, seeds (acquisition and member seeds shifted by 100 * seed), epochs, the first
-    `members` members only, and k."""
+    `members` members only, k, and more [defaults] settings (a dict of TOML values)."""
     with open(EXAMPLE) as f:
         text = f.read()
 
@@ -67,6 +67,9 @@ def config_text(name, store, rounds, strategy=None, seed=None, epochs=None, memb
         sub(r"^epochs = \d+", f"epochs = {epochs}")
     if k is not None:
         sub(r"^batch_size = 1000", f"batch_size = {k}")
+    if defaults:
+        extra = "".join(f"{key} = {value}\n" for key, value in defaults.items())
+        sub(r"^\[defaults\]\n", lambda m: m.group(0) + extra)
     if members is not None:
         parts = text.split("[[member]]")
         tail = parts[-1][parts[-1].index("[acquisition]"):]

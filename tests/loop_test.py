@@ -519,6 +519,94 @@ class BatchAcquisition(LoopCase):
                       "(features [28, 28])", proc.stderr)
 
 
+class BatchBaldAndDropoutPasses(LoopCase):
+    """strategy = "batchbald" over members and a member's MC-dropout passes (docs/acquisition.md
+    "BatchBALD", docs/config.md dropout_passes)."""
+
+    def config(self, d, passes=4):
+        path = write_config(d, rounds=2, k=20, strategy="batchbald", epochs=1, devices=2)
+        with open(path) as f:
+            text = f.read()
+        text = text.replace('name = "mlp-b"\n', f'name = "mlp-b"\ndropout_passes = {passes}\n')
+        text = text.replace("seed = 7\n", "seed = 7\nbatchbald_samples = 200\n"
+                                           "batchbald_candidates = 300\n")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_picks_start_at_bald_over_every_pass_and_repeat_exactly(self):
+        a, b = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        self.run_loop(self.config(a))
+        self.run_loop(self.config(b))
+        run = os.path.join(a, "runs", "loop")
+        members = os.path.join(run, "members")
+        attempt = "round-0000/attempt-1"
+        passes = np.load(os.path.join(members, "mlp-b", attempt, "predictions-pool-passes.npy"))
+        self.assertEqual(passes.shape, (4, 1200, 10))
+        self.assertEqual(passes.dtype, np.float32)
+        np.testing.assert_allclose(passes.sum(axis=2), 1.0, atol=1e-4)
+        # Dropout is on: the passes differ from each other and from the deterministic pass.
+        plain = np.load(os.path.join(members, "mlp-b", attempt, "predictions-pool.npy"))
+        self.assertGreater(np.abs(passes[0] - passes[1]).max(), 1e-3)
+        self.assertGreater(np.abs(passes[0] - plain).max(), 1e-3)
+        # Members without passes write none.
+        self.assertFalse(os.path.exists(
+            os.path.join(members, "mlp-a", attempt, "predictions-pool-passes.npy")))
+
+        # The first pick is BALD's best over the 6 samples: mlp-a, 4 passes of mlp-b, cnn-c.
+        samples = np.concatenate([
+            np.load(os.path.join(members, "mlp-a", attempt, "predictions-pool.npy"))[None],
+            passes,
+            np.load(os.path.join(members, "cnn-c", attempt, "predictions-pool.npy"))[None],
+        ]).astype(np.float64)
+
+        def entropy(p):
+            return -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0)).sum(axis=-1)
+
+        bald = entropy(samples.mean(axis=0)) - entropy(samples).mean(axis=0)
+        db = journal(run)
+        picks = db.execute("SELECT rank, sample_id, score FROM acquisitions WHERE round = 0 "
+                           "ORDER BY rank").fetchall()
+        predict_s, generation = db.execute(
+            "SELECT predict_s, input_generation FROM rounds WHERE round = 0").fetchone()
+        db.close()
+        self.assertEqual(len(picks), 20)
+        self.assertEqual(len({p["sample_id"] for p in picks}), 20)
+        prefix = os.path.join(self.dir, "pool0")
+        cohort("data", "export", os.path.join(run, "store"), "--table", "pool", "--out", prefix,
+               "--generation", str(generation))
+        pool_ids = np.load(prefix + ".ids.npy")
+        self.assertEqual(len(pool_ids), 1200)
+        best = int(np.argmax(bald))
+        self.assertEqual(picks[0]["sample_id"], pool_ids[best])
+        self.assertAlmostEqual(picks[0]["score"], bald[best], places=5)
+        # Each later pick's score is its BatchBALD gain given those before: below BALD's.
+        later = [p["score"] for p in picks[1:]]
+        self.assertTrue(all(0 <= g <= bald.max() + 1e-9 for g in later))
+        self.assertGreater(predict_s, 0)
+        # Seeded masks and label draws: a second run picks the same samples in the same order.
+        other = journal(os.path.join(b, "runs", "loop"))
+        again = other.execute("SELECT rank, sample_id, score FROM acquisitions "
+                              "ORDER BY round, rank").fetchall()
+        other.close()
+        db = journal(run)
+        first = db.execute("SELECT rank, sample_id, score FROM acquisitions "
+                           "ORDER BY round, rank").fetchall()
+        db.close()
+        self.assertEqual([tuple(r) for r in first], [tuple(r) for r in again])
+
+    def test_passes_of_a_member_without_dropout_are_refused(self):
+        path = self.config(self.dir)
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("dropout_passes = 4", "").replace(
+                'name = "mlp-a"\n', 'name = "mlp-a"\ndropout_passes = 3\n'))
+        proc = self.run_loop(path, expect=1)
+        self.assertIn("member[1].dropout_passes: mlp-a's model 'dense 32 relu, dense 10' has no "
+                      "dropout layer", proc.stderr)
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been

@@ -50,6 +50,9 @@ inline constexpr std::string_view kTestPredictions = "predictions-test.npy";
 // Only when an update step reads the members' view of the train table (relabel_or_drop, a
 // command step with predict = ["train"]).
 inline constexpr std::string_view kTrainPredictions = "predictions-train.npy";
+// Only for a member with dropout_passes = T: its T MC-dropout passes over the pool,
+// float32 (T, rows, classes).
+inline constexpr std::string_view kPoolDropoutPasses = "predictions-pool-passes.npy";
 inline constexpr std::string_view kWorkerLog = "worker.log";  // a native attempt's log slice
 inline constexpr std::string_view kMemberLog = "member.log";  // an outside script's log
 inline constexpr std::string_view kScriptSpec = "spec.json";  // an outside script's round spec

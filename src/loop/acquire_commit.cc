@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
+#include "common/worker_protocol.h"
 #include "loop/acquisition.h"
+#include "loop/batch_bald.h"
 #include "loop/crash_point.h"
 #include "loop/oracle.h"
 #include "loop/predictions.h"
@@ -33,10 +36,23 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   Picks picks;
   if (k <= 0) return picks;
   std::vector<std::pair<size_t, std::string>> files;
+  std::vector<PoolSampleFile> samples_files;  // classification: MC-dropout passes where asked
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].done) files.emplace_back(i, c.paths->Absolute(results[i].predictions_pool));
+    if (!results[i].done) continue;
+    const std::string path = c.paths->Absolute(results[i].predictions_pool);
+    files.emplace_back(i, path);
+    const int64_t passes = c.config->members[i].dropout_passes;
+    samples_files.push_back({i,
+                             passes > 0 ? (std::filesystem::path(path).parent_path() /
+                                           std::string(protocol::file::kPoolDropoutPasses))
+                                              .string()
+                                        : path,
+                             passes});
   }
-  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked, StackPredictions(files, pool.size(), c.task));
+  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked,
+                          c.task.regression
+                              ? StackPredictions(files, pool.size(), c.task)
+                              : StackPoolSamples(samples_files, pool.size(), c.classes));
   const AcquisitionConfig& acquisition = c.config->acquisition;
   std::vector<double> scores;
   if (c.task.regression) {
@@ -49,8 +65,22 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
     COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.StrategyOfRound(round), view));
   }
   // The same picks as Acquire when no band is set and the selection is the top k.
-  COHORT_ASSIGN_OR_RETURN(auto picked, SelectBatch(scores, k, RoundSeed(acquisition.seed, round),
-                                                   acquisition.band, acquisition.selection));
+  const uint64_t seed = RoundSeed(acquisition.seed, round);
+  std::vector<int64_t> picked;
+  if (acquisition.StrategyOfRound(round) == "batchbald") {
+    // The journal keeps each pick's BatchBALD gain: what it added given the picks before it.
+    COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
+                                                               stacked.samples, stacked.classes));
+    COHORT_ASSIGN_OR_RETURN(BatchBaldPicks joint, SelectBatchBald(view, k, seed, acquisition.band,
+                                                                  acquisition.batch_bald));
+    for (size_t j = 0; j < joint.indices.size(); ++j) {
+      scores[static_cast<size_t>(joint.indices[j])] = joint.gains[j];
+    }
+    picked = std::move(joint.indices);
+  } else {
+    COHORT_ASSIGN_OR_RETURN(picked,
+                            SelectBatch(scores, k, seed, acquisition.band, acquisition.selection));
+  }
   std::vector<AcquiredSample> samples;
   for (int64_t index : picked) {
     auto row = static_cast<uint64_t>(index);

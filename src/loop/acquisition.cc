@@ -5,10 +5,22 @@
 #include <limits>
 #include <numeric>
 
+#include "common/splitmix.h"
+#include "loop/batch_bald.h"
+
 namespace cohort::loop {
 namespace {
 
-enum class Strategy { kRandom, kEntropy, kMargin, kLeastConfident, kVariance, kBald, kVoteEntropy };
+enum class Strategy {
+  kRandom,
+  kEntropy,
+  kMargin,
+  kLeastConfident,
+  kVariance,
+  kBald,
+  kVoteEntropy,
+  kBatchBald,
+};
 
 struct NamedStrategy {
   const char* name;
@@ -24,6 +36,7 @@ constexpr NamedStrategy kStrategies[] = {
     {"variance", Strategy::kVariance, true},
     {"bald", Strategy::kBald, true},
     {"vote_entropy", Strategy::kVoteEntropy, true},
+    {"batchbald", Strategy::kBatchBald, true},
 };
 
 const NamedStrategy* FindStrategy(const std::string& name) {
@@ -42,15 +55,6 @@ Result<Strategy> ParseStrategy(const std::string& name) {
   }
   return Status::InvalidArgument("unknown acquisition strategy '" + name + "' (valid: " + valid +
                                  ")");
-}
-
-// splitmix64 (Steele, Lea, Flood 2014): a fixed integer recipe, so the same seed gives the
-// same stream on every platform and standard library.
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
 }
 
 // -sum p log p over n values, with 0 log 0 = 0.
@@ -222,7 +226,9 @@ Result<std::vector<double>> ScoreSamples(const std::string& strategy,
         score = total / static_cast<double>(C);
         break;
       }
-      case Strategy::kBald: {
+      case Strategy::kBald:
+      case Strategy::kBatchBald: {  // its batch comes from SelectBatchBald; a sample's score is
+                                    // BALD
         double member_entropy = 0;
         for (int64_t m = 0; m < M; m++) {
           const float* row = p.row(m, i);
@@ -386,7 +392,14 @@ Result<std::vector<int64_t>> Acquire(const std::string& strategy,
                                    std::to_string(predictions.samples));
   }
   COHORT_ASSIGN_OR_RETURN(std::vector<double> scores, ScoreSamples(strategy, predictions));
-  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> order, SelectTop(scores, k, seed));
+  std::vector<int64_t> order;
+  if (strategy == "batchbald") {
+    COHORT_ASSIGN_OR_RETURN(BatchBaldPicks picks,
+                            SelectBatchBald(predictions, k, seed, {}, BatchBaldOptions{}));
+    order = std::move(picks.indices);
+  } else {
+    COHORT_ASSIGN_OR_RETURN(order, SelectTop(scores, k, seed));
+  }
   if (scores_out != nullptr) *scores_out = std::move(scores);
   return order;
 }

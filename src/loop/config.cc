@@ -574,6 +574,8 @@ struct MemberDefaults {
   int line = 1;
   model::TrainConfig train;
   bool warm_start = false;
+  int64_t dropout_passes = 0;
+  int dropout_passes_line = 0;
 };
 
 MemberDefaults ParseMemberDefaults(Errors* e, Reader& r) {
@@ -585,8 +587,12 @@ MemberDefaults ParseMemberDefaults(Errors* e, Reader& r) {
   where.defaults = d.table;
   where.defaults_line = d.line;
   Reader dr(e, d.table, "defaults.", d.line, {});  // keys checked by ReadTrainSettings
-  if (ReadTrainSettings(e, *d.table, {"warm_start"}, where, "defaults", &d.train)) {
+  if (ReadTrainSettings(e, *d.table, {"warm_start", "dropout_passes"}, where, "defaults",
+                        &d.train)) {
     dr.Bool("warm_start", &d.warm_start);
+    if (dr.Int("dropout_passes", &d.dropout_passes, 0)) {
+      d.dropout_passes_line = dr.KeyLine("dropout_passes");
+    }
     if (!d.train.model.empty()) {
       CheckModel(e, d.train.model, "defaults", dr.KeyLine("model"), "defaults.model");
     }
@@ -600,11 +606,20 @@ bool ParseScriptMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
                        const MemberDefaults& defaults, const fs::path& base, MemberConfig* member) {
   if (!ReadArgv(e, *mr.Get("command"), prefix + "command", base, &member->command)) return false;
   mr.Bool("warm_start", &member->warm_start);
+  // [defaults]' dropout_passes is for the native members; an outside member samples itself.
+  member->dropout_passes = 0;
+  if (mr.Get("dropout_passes") != nullptr) {
+    mr.Fail("dropout_passes",
+            "only for native members: an outside member writes what it predicts itself");
+    return false;
+  }
   json settings = json::object();
   for (const TV* table : {defaults.table, &t}) {
     if (table == nullptr) continue;
     for (const auto& [key, value] : table->as_table()) {
-      if (key == "name" || key == "command" || key == "warm_start") continue;
+      if (key == "name" || key == "command" || key == "warm_start" || key == "dropout_passes") {
+        continue;
+      }
       const TV* bad = nullptr;
       json v = ToJson(value, &bad);
       if (bad != nullptr) {
@@ -650,6 +665,12 @@ bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
   member->train = defaults.train;
   if (!ReadTrainSettings(e, t, loop_keys, where, member->name, &member->train)) return false;
   mr.Bool("warm_start", &member->warm_start);
+  int passes_line = defaults.dropout_passes_line;
+  std::string passes_field = "defaults.dropout_passes";
+  if (mr.Int("dropout_passes", &member->dropout_passes, 0)) {
+    passes_line = mr.KeyLine("dropout_passes");
+    passes_field = prefix + "dropout_passes";
+  }
   member->train.member = member->name;
   if (member->train.model.empty()) {
     mr.Missing("model", "a model spec, here or in [defaults]");
@@ -660,6 +681,21 @@ bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
   }
   CheckTrainValues(e, member->train, where);
   CheckClassesAgree(e, member->train, where);
+  if (e->ok() && member->dropout_passes > 1000) {
+    e->Fail(passes_line, passes_field, "must be at most 1000");
+  } else if (e->ok() && member->dropout_passes > 0) {
+    auto spec = model::ParseModelSpec(member->train.model, member->name);
+    const bool has_dropout =
+        spec.ok() && std::any_of(spec->layers.begin(), spec->layers.end(), [](const auto& l) {
+          return l.kind == model::LayerKind::kDropout;
+        });
+    if (!has_dropout) {
+      e->Fail(passes_line, passes_field,
+              member->name + "'s model '" + member->train.model +
+                  "' has no dropout layer, so its passes would all be equal; add one (dropout "
+                  "0.2) or set dropout_passes = 0");
+    }
+  }
   std::tie(member->model_line, member->model_field) = where.Locate("model");
   return true;
 }
@@ -667,7 +703,7 @@ bool ParseNativeMember(Errors* e, Reader& mr, const TV& t, const std::string& pr
 // The [[member]] entry `t`, the index-th (from 0). False after an error.
 bool ParseMember(Errors* e, const TV& t, size_t index, const MemberDefaults& defaults,
                  const fs::path& base, LoopConfig* c) {
-  const std::vector<std::string> loop_keys = {"name", "warm_start", "command"};
+  const std::vector<std::string> loop_keys = {"name", "warm_start", "command", "dropout_passes"};
   const std::string prefix = "member[" + std::to_string(index + 1) + "].";
   if (!t.is_table()) {
     e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
@@ -676,6 +712,7 @@ bool ParseMember(Errors* e, const TV& t, size_t index, const MemberDefaults& def
   MemberConfig member;
   member.line = LineOf(t);
   member.warm_start = defaults.warm_start;
+  member.dropout_passes = defaults.dropout_passes;
   Reader mr(e, &t, prefix, member.line, {});  // keys checked by ReadTrainSettings
   // A script member's other keys are its own settings: no typo guessing there.
   const bool script = mr.Get("command") != nullptr;
@@ -761,9 +798,10 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
   if (t == nullptr && r.ok() && acquires) {
     r.Missing("acquisition", "an [acquisition] table, for the acquire step");
   }
-  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
-           {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
-            "cold_start_rounds", "cold_start_strategy"});
+  Reader a(
+      e, t, "acquisition.", t ? LineOf(*t) : 1,
+      {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
+       "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates"});
   const std::vector<std::string> strategies = AllStrategyNames();
   std::string& strategy = c->acquisition.strategy;
   if (a.String("strategy", &strategy)) {
@@ -838,6 +876,24 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
                                         "' measures disagreement between members and needs at "
                                         "least 2 [[member]] entries");
     }
+  }
+  // BatchBALD's own settings, and its batch is its own: no stochastic draw over it.
+  const bool batchbald =
+      strategy == "batchbald" ||
+      (c->acquisition.cold_start_rounds > 0 && c->acquisition.cold_start_strategy == "batchbald");
+  for (auto [key, out, max] :
+       {std::tuple{"batchbald_samples", &c->acquisition.batch_bald.samples, int64_t{1000000}},
+        std::tuple{"batchbald_candidates", &c->acquisition.batch_bald.candidates,
+                   int64_t{10000000}}}) {
+    if (!a.Int(key, out, 1)) continue;
+    if (*out > max) {
+      a.Fail(key, fmt::format("must be at most {}", max));
+    } else if (!batchbald) {
+      a.Fail(key, "only for strategy = \"batchbald\"");
+    }
+  }
+  if (a.ok() && batchbald && selection.kind != BatchSelection::Kind::kTop) {
+    a.Fail("selection", "batchbald picks its batch jointly; it takes no stochastic selection");
   }
   // margin's scores are <= 0 (the negated gap): no power of them is a weight.
   const bool cold_margin =
@@ -1414,6 +1470,7 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
     }
     j["name"] = m.name;
     j["warm_start"] = m.warm_start;
+    if (m.dropout_passes > 0) j["dropout_passes"] = m.dropout_passes;
     members.push_back(std::move(j));
   }
   json devices = json::array();
@@ -1458,6 +1515,10 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
   if (c.acquisition.selection.kind != BatchSelection::Kind::kTop) {
     out["acquisition"]["selection"] = BatchSelectionName(c.acquisition.selection.kind);
     out["acquisition"]["temperature"] = c.acquisition.selection.temperature;
+  }
+  if (c.acquisition.strategy == "batchbald" || c.acquisition.cold_start_strategy == "batchbald") {
+    out["acquisition"]["batchbald_samples"] = c.acquisition.batch_bald.samples;
+    out["acquisition"]["batchbald_candidates"] = c.acquisition.batch_bald.candidates;
   }
   if (c.acquisition.cold_start_rounds > 0) {
     out["acquisition"]["cold_start_rounds"] = c.acquisition.cold_start_rounds;

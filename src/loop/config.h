@@ -24,6 +24,7 @@
 #include "launch/device.h"
 #include "launch/slurm.h"
 #include "loop/acquisition.h"
+#include "loop/batch_bald.h"
 #include "model/train_config.h"
 
 namespace cohort::loop {
@@ -52,7 +53,10 @@ struct MemberConfig {
   // loop fills in device and warm_start_from per attempt.
   model::TrainConfig train;
   bool warm_start = false;  // continue from the member's checkpoint of the previous round
-  int line = 0;             // the [[member]] header's line, for later messages
+  // Native classification members with a dropout layer: T MC-dropout passes over the pool each
+  // round (model::DropoutPasses), which acquisition takes as T samples of this member; 0: none.
+  int64_t dropout_passes = 0;
+  int line = 0;  // the [[member]] header's line, for later messages
   // Native members: where `model` is set (the member's table or [defaults]) and the field as
   // messages name it ("member[2].model", "defaults.model"), for shape errors found later.
   int model_line = 0;
@@ -71,6 +75,9 @@ struct AcquisitionConfig {
   // How the batch is drawn from the scores (acquisition.h): the top k, or a stochastic draw
   // (power, softmax, softrank) at `temperature`.
   BatchSelection selection;
+  // strategy "batchbald" (loop/batch_bald.h): the label configurations it keeps and the
+  // top-BALD candidates it considers.
+  BatchBaldOptions batch_bald;
   // Cold start: rounds 0 .. cold_start_rounds - 1 acquire by `cold_start_strategy` instead (an
   // ensemble trained on few labels scores badly; random picks beat its uncertainty there).
   int64_t cold_start_rounds = 0;

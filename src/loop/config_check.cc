@@ -49,6 +49,14 @@ Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
           config.path, field, strategy, task.Describe(), config.store.train, names));
     }
   }
+  for (size_t i = 0; i < config.members.size(); ++i) {
+    if (config.members[i].dropout_passes > 0 && task.regression) {
+      return Status::InvalidArgument(fmt::format(
+          "{}.dropout_passes: MC-dropout passes sample class probabilities, and a {} has no "
+          "classes",
+          MemberWhere(config, i), task.Describe()));
+    }
+  }
   for (const UpdateStepConfig& u : config.updates) {
     if (u.kind == UpdateStepConfig::Kind::kImportNew && !snap.has_table(u.table)) {
       return Status::InvalidArgument(fmt::format(

@@ -337,7 +337,8 @@ TEST(LoopConfigTest, UnknownStrategy) {
 TEST(LoopConfigTest, StrategyMessagesListTheAcquisitionStrategies) {
   std::string list;
   for (const auto& s : AcquisitionStrategies()) list += (list.empty() ? "" : ", ") + s;
-  EXPECT_EQ(list, "random, entropy, margin, least_confident, variance, bald, vote_entropy");
+  EXPECT_EQ(list,
+            "random, entropy, margin, least_confident, variance, bald, vote_entropy, batchbald");
   list += ", max_deviation, mean_deviation";
   EXPECT_EQ(Error(Replace(kFull, "strategy = \"entropy\"\n", "")),
             "dir/loop.toml:31: acquisition.strategy: missing (one of " + list + ")");
@@ -578,7 +579,68 @@ TEST(LoopConfigTest, BatchSelectionAndColdStart) {
   EXPECT_EQ(Error(with("cold_start_rounds = 1\ncold_start_strategy = \"randon\"\n")),
             "dir/loop.toml:35: acquisition.cold_start_strategy: unknown strategy 'randon' (did "
             "you mean random?); one of random, entropy, margin, least_confident, variance, bald, "
-            "vote_entropy, max_deviation, mean_deviation");
+            "vote_entropy, batchbald, max_deviation, mean_deviation");
+}
+
+TEST(LoopConfigTest, DropoutPasses) {
+  auto c = ParseLoopConfig(
+      Replace(kFull, "warm_start = false\n", "warm_start = false\ndropout_passes = 8\n"),
+      "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->members[0].dropout_passes, 0);
+  EXPECT_EQ(c->members[1].dropout_passes, 8);
+  EXPECT_FALSE(LoopConfigToJson(*c)["member"][0].contains("dropout_passes"));
+  EXPECT_EQ(LoopConfigToJson(*c)["member"][1]["dropout_passes"], 8);
+  // From [defaults], every native member must have dropout to sample.
+  EXPECT_EQ(Error(Replace(kFull, "warm_start = true\n", "warm_start = true\ndropout_passes = 4\n")),
+            "dir/loop.toml:17: defaults.dropout_passes: a's model 'dense 64 relu, dense 10' has no "
+            "dropout layer, so its passes would all be equal; add one (dropout 0.2) or set "
+            "dropout_passes = 0");
+  EXPECT_EQ(Error(Replace(kFull, "seed = 1\n", "seed = 1\ndropout_passes = 2\n")),
+            "dir/loop.toml:22: member[1].dropout_passes: a's model 'dense 64 relu, dense 10' has "
+            "no dropout layer, so its passes would all be equal; add one (dropout 0.2) or set "
+            "dropout_passes = 0");
+  EXPECT_EQ(
+      Error(Replace(kFull, "warm_start = false\n", "warm_start = false\ndropout_passes = -1\n")),
+      "dir/loop.toml:29: member[2].dropout_passes: expected an integer >= 0, got -1");
+  EXPECT_EQ(
+      Error(Replace(kFull, "warm_start = false\n", "warm_start = false\ndropout_passes = 5000\n")),
+      "dir/loop.toml:29: member[2].dropout_passes: must be at most 1000");
+}
+
+TEST(LoopConfigTest, BatchBaldSettings) {
+  const std::string base = "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 100\n";
+  auto with = [&](const std::string& extra) {
+    return Replace(Replace(kFull, base, base + extra), "\"entropy\"", "\"batchbald\"");
+  };
+  auto c = ParseLoopConfig(with("batchbald_samples = 300\nbatchbald_candidates = 4000\n"),
+                           "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->acquisition.batch_bald.samples, 300);
+  EXPECT_EQ(c->acquisition.batch_bald.candidates, 4000);
+  EXPECT_EQ(LoopConfigToJson(*c)["acquisition"]["batchbald_candidates"], 4000);
+  auto defaults = ParseLoopConfig(with(""), "dir/loop.toml", "/base");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->acquisition.batch_bald.samples, BatchBaldOptions{}.samples);
+  auto plain = ParseLoopConfig(kFull, "dir/loop.toml", "/base");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(LoopConfigToJson(*plain)["acquisition"].contains("batchbald_samples"));
+
+  EXPECT_EQ(Error(Replace(with("batchbald_samples = 300\n"), "\"batchbald\"", "\"bald\"")),
+            "dir/loop.toml:34: acquisition.batchbald_samples: only for strategy = \"batchbald\"");
+  EXPECT_EQ(Error(with("batchbald_candidates = 0\n")),
+            "dir/loop.toml:34: acquisition.batchbald_candidates: expected an integer >= 1, got 0");
+  EXPECT_EQ(Error(with("selection = \"softmax\"\n")),
+            "dir/loop.toml:34: acquisition.selection: batchbald picks its batch jointly; it takes "
+            "no stochastic selection");
+  // As the cold start's strategy its settings are taken too.
+  auto cold =
+      ParseLoopConfig(Replace(kFull, base,
+                              base + "cold_start_rounds = 1\ncold_start_strategy = \"batchbald\"\n"
+                                     "batchbald_samples = 50\n"),
+                      "dir/loop.toml", "/base");
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_EQ(cold->acquisition.batch_bald.samples, 50);
 }
 
 TEST(LoopConfigTest, NoStopRule) {

@@ -443,8 +443,9 @@ Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
     const MemberResult& r = results[member - config_.members.begin()];
     if (r.attempt != a.attempt || r.predictions_test.empty()) continue;
     std::string dir = fs::path(run_.paths.Absolute(r.predictions_test)).parent_path().string();
-    std::string problem = CheckAttemptPredictions(dir, shape, !r.predictions_pool.empty(),
-                                                  !r.predictions_train.empty(), a.member);
+    std::string problem =
+        CheckAttemptPredictions(dir, shape, !r.predictions_pool.empty(),
+                                !r.predictions_train.empty(), a.member, member->dropout_passes);
     if (problem.empty()) continue;
     AttemptEnd end;
     end.status = AttemptStatus::kFailed;

@@ -45,6 +45,33 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
   return values;
 }
 
+Result<std::vector<float>> ReadDropoutPasses(const std::string& path, const std::string& name,
+                                             int64_t passes, uint64_t rows, int64_t classes,
+                                             std::span<const uint64_t> ids,
+                                             const std::string& member) {
+  auto array = store::ReadNpyFile(path);
+  if (!array.ok()) return array.status();
+  const std::vector<uint64_t> want{static_cast<uint64_t>(passes), rows,
+                                   static_cast<uint64_t>(classes)};
+  if (array->dtype != store::Dtype::kFloat32 || array->shape != want) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: expected float32 probabilities of shape {} (passes, rows, classes), got {} {}", name,
+        store::DimsToString(want), store::DtypeName(array->dtype),
+        store::DimsToString(array->shape)));
+  }
+  std::vector<float> values(array->data.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), array->data.data(), array->data.size());
+  auto view = MakeEnsemblePredictions(values, passes, static_cast<int64_t>(rows), classes);
+  std::vector<std::string> names;
+  for (int64_t t = 0; t < passes; t++) {
+    names.push_back((member.empty() ? std::string() : member + " ") + "pass " + std::to_string(t));
+  }
+  if (ids.size() != rows) ids = {};
+  Status valid = view.ok() ? ValidatePredictions(*view, names, ids) : view.status();
+  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
+  return values;
+}
+
 Result<std::vector<float>> ReadRegressionMemberPredictions(
     const std::string& path, const std::string& name, uint64_t rows,
     const std::vector<uint64_t>& target_shape, std::span<const uint64_t> ids,
@@ -74,7 +101,7 @@ Result<std::vector<float>> ReadRegressionMemberPredictions(
 }
 
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
-                                    bool train, const std::string& member) {
+                                    bool train, const std::string& member, int64_t pool_passes) {
   int64_t classes = shape.classes;
   struct File {
     std::string_view name;
@@ -98,6 +125,14 @@ std::string CheckAttemptPredictions(const std::string& dir, const PredictionShap
             ? ReadRegressionMemberPredictions(path, std::string(name), rows,
                                               shape.task.target_shape, ids, member)
             : ReadMemberPredictions(path, std::string(name), rows, classes, &classes, ids, member);
+    if (!values.ok()) return values.status().message();
+  }
+  if (pool && pool_passes > 0 && !shape.task.regression) {
+    const std::string_view name = protocol::file::kPoolDropoutPasses;
+    std::string path = dir + "/" + std::string(name);
+    if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
+    auto values = ReadDropoutPasses(path, std::string(name), pool_passes, shape.pool_rows, classes,
+                                    shape.pool_ids, member);
     if (!values.ok()) return values.status().message();
   }
   return "";
@@ -127,6 +162,27 @@ Result<StackedPredictions> StackPredictions(
     s.data.insert(s.data.end(), values.begin(), values.end());
     s.members += 1;
     s.member_index.push_back(index);
+  }
+  return s;
+}
+
+Result<StackedPredictions> StackPoolSamples(const std::vector<PoolSampleFile>& files, uint64_t rows,
+                                            int64_t classes) {
+  StackedPredictions s;
+  s.samples = static_cast<int64_t>(rows);
+  s.classes = classes;
+  for (const PoolSampleFile& f : files) {
+    std::vector<float> values;
+    if (f.passes == 0) {
+      int64_t width = 0;
+      COHORT_ASSIGN_OR_RETURN(values, ReadMemberPredictions(f.path, f.path, rows, classes, &width));
+    } else {
+      COHORT_ASSIGN_OR_RETURN(values, ReadDropoutPasses(f.path, f.path, f.passes, rows, classes));
+    }
+    s.data.insert(s.data.end(), values.begin(), values.end());
+    const int64_t count = f.passes == 0 ? 1 : f.passes;
+    s.members += count;
+    s.member_index.insert(s.member_index.end(), static_cast<size_t>(count), f.index);
   }
   return s;
 }

@@ -47,6 +47,14 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
                                                  std::span<const uint64_t> ids = {},
                                                  const std::string& member = "");
 
+// Reads a member's MC-dropout passes at `path` (protocol::file::kPoolDropoutPasses) and checks
+// them: float32 of shape (passes, rows, classes), every row of every pass a probability vector
+// (named "member NAME pass T row I (sample id N)").
+Result<std::vector<float>> ReadDropoutPasses(const std::string& path, const std::string& name,
+                                             int64_t passes, uint64_t rows, int64_t classes,
+                                             std::span<const uint64_t> ids = {},
+                                             const std::string& member = "");
+
 // Reads a regression member's predictions at `path` and checks them: float32 of shape
 // (rows, 2, *target_shape), means finite, variances finite and >= 0
 // (ValidateRegressionPredictions).
@@ -67,12 +75,14 @@ struct PredictionShape {
 };
 
 // Checks the prediction files of an attempt in `dir` (absolute): the test table's, the pool's
-// when `pool` and the train table's when `train`. "" when they are sound, else one line naming the
+// when `pool` (and its `pool_passes` MC-dropout passes when > 0) and the train table's when
+// `train`. "" when they are sound, else one line naming the
 // file and the problem
 // ("exited 0 without writing predictions-pool.npy", "predictions-test.npy: 7 classes where
 // the run has 10", a shape, a row that is not a probability vector).
 std::string CheckAttemptPredictions(const std::string& dir, const PredictionShape& shape, bool pool,
-                                    bool train, const std::string& member = "");
+                                    bool train, const std::string& member = "",
+                                    int64_t pool_passes = 0);
 
 // The members' predictions for one table, stacked: [member][sample][class] probabilities in a
 // classification run, [member][sample][mean, variance][output] in a regression run (the
@@ -90,5 +100,19 @@ struct StackedPredictions {
 Result<StackedPredictions> StackPredictions(
     const std::vector<std::pair<size_t, std::string>>& members, uint64_t rows,
     const RunTask& task = {});
+
+// One member's pool predictions for acquisition: its file (`passes` = 0), or the file of its
+// `passes` MC-dropout passes.
+struct PoolSampleFile {
+  size_t index = 0;  // config index
+  std::string path;  // absolute
+  int64_t passes = 0;
+};
+
+// A classification run's pool as acquisition sees it: every member's predictions, a member
+// with dropout passes counting as that many members (each with its config index), in order.
+// Every file must have `rows` rows of `classes` (the run's class count, > 0) probabilities.
+Result<StackedPredictions> StackPoolSamples(const std::vector<PoolSampleFile>& files, uint64_t rows,
+                                            int64_t classes);
 
 }  // namespace cohort::loop

@@ -416,9 +416,9 @@ void Scheduler::OnWorkerEvent(Slot& slot, const json& event) {
         a.step = NextPredictStep(a.task, a.step);
         if (fatal_.ok()) fatal_ = SendNext(slot);
       } else {
-        std::string problem =
-            CheckAttemptPredictions(paths_.Absolute(a.dir), shape_, a.task.predict_pool,
-                                    a.task.predict_train, a.task.member->name);
+        std::string problem = CheckAttemptPredictions(
+            paths_.Absolute(a.dir), shape_, a.task.predict_pool, a.task.predict_train,
+            a.task.member->name, a.task.member->dropout_passes);
         if (problem.empty()) {
           EndAttempt(slot, AttemptStatus::kDone, "done");
         } else {

@@ -7,6 +7,7 @@
 
 #include "common/json_text.h"
 #include "common/worker_protocol.h"
+#include "loop/acquire_commit.h"
 #include "model/config_json.h"
 
 namespace cohort::loop {
@@ -79,6 +80,13 @@ json WorkerCommand(WorkerStep step, const AttemptCommandContext& c) {
                            : train ? protocol::file::kTrainPredictions
                                    : protocol::file::kTestPredictions);
       command["id"] = prefix + (pool ? "/pool" : train ? "/train" : "/test");
+      if (pool && c.member->dropout_passes > 0) {
+        // The masks depend on the member's seed and the round, not on the attempt: a retried
+        // or resumed attempt samples the same passes.
+        command["dropout_passes"] = c.member->dropout_passes;
+        command["dropout_seed"] = RoundSeed(c.member->train.seed, c.round);
+        command["passes_out"] = c.attempt_dir + "/" + Str(protocol::file::kPoolDropoutPasses);
+      }
       break;
     }
   }

@@ -4,23 +4,18 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/splitmix.h"
+
 namespace cohort::model {
 
 namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // A sample's stream of random numbers.
 class SampleRandom {
  public:
   SampleRandom(uint64_t pass_seed, int64_t position)
       : state_(pass_seed ^ (0xA24BAED4963EE407ULL * static_cast<uint64_t>(position + 1))) {}
-  double Uniform() { return static_cast<double>(SplitMix64(&state_) >> 11) * 0x1.0p-53; }
+  double Uniform() { return SplitMix64Unit(&state_); }
   // Uniform in [lo, hi].
   int64_t Between(int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(SplitMix64(&state_) % static_cast<uint64_t>(hi - lo + 1));

@@ -1,6 +1,7 @@
 // Evaluate(), Predict() and DescribeCheckpoint(): a trained member applied to a table.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "model/batch_pipeline.h"
 #include "model/checkpoint.h"
@@ -154,9 +155,48 @@ Result<std::map<std::string, double>> Evaluate(const std::string& checkpoint,
   });
 }
 
+namespace {
+
+// The MC-dropout passes of Predict: (count, n, classes) probabilities.
+Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snapshot& snapshot,
+                                                  const std::string& table_name,
+                                                  const DeviceConfig& device_config,
+                                                  const DropoutPasses& passes) {
+  const MemberMeta& meta = a.member.meta;
+  if (!meta.classification()) {
+    return Status::InvalidArgument("member " + meta.member +
+                                   ": dropout passes are for classification members");
+  }
+  if (DropoutLayerCount(a.member.net) == 0) {
+    return Status::InvalidArgument("member " + meta.member + " has no dropout layer ('" +
+                                   meta.model + "'): dropout passes would all be equal");
+  }
+  COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
+  COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
+  const auto rows = static_cast<uint64_t>(a.outputs.size(0));
+  store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count), rows,
+                                                  static_cast<uint64_t>(meta.classes)});
+  COHORT_RETURN_IF_ERROR(GuardTorch("member " + meta.member, [&]() -> Status {
+    for (int64_t t = 0; t < passes.count; t++) {
+      torch::manual_seed(passes.seed + static_cast<uint64_t>(t));
+      BatchPipeline pipeline(*table, false, PassBatchRows(*table, &meta));
+      COHORT_ASSIGN_OR_RETURN(auto run, RunOver(a.member.net, pipeline, AllRows(*table), meta,
+                                                device, false, nullptr, true));
+      torch::Tensor p = run.first.exp().to(torch::kFloat).contiguous();
+      const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
+      std::memcpy(array.data.data() + static_cast<size_t>(t) * bytes, p.data_ptr<float>(), bytes);
+    }
+    return Status::OK();
+  }));
+  return array;
+}
+
+}  // namespace
+
 Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapshot& snapshot,
                               const std::string& table, const std::string& out_path,
-                              const DeviceConfig& device) {
+                              const DeviceConfig& device, const DropoutPasses& passes) {
+  if (passes.count < 0) return Status::InvalidArgument("dropout passes must be >= 0");
   COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false));
   const MemberMeta& meta = a.member.meta;
   store::HostArray array;
@@ -181,6 +221,11 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
     result.shape = shape;
     return Status::OK();
   }));
+  if (passes.count > 0) {
+    COHORT_ASSIGN_OR_RETURN(store::HostArray sampled,
+                            DropoutPassProbabilities(a, snapshot, table, device, passes));
+    COHORT_RETURN_IF_ERROR(store::WriteNpyFile(passes.out_path, sampled));
+  }
   COHORT_RETURN_IF_ERROR(store::WriteNpyFile(out_path, array));
   result.path = out_path;
   return result;

@@ -88,12 +88,23 @@ struct PredictResult {
   std::string path;
 };
 
+// MC dropout (Gal & Ghahramani 2016): `count` further passes over the table with the member's
+// dropout layers drawing masks as in training (every other layer as in evaluation), so one
+// member gives `count` samples of its predictive distribution. Pass t seeds libtorch's
+// generator with seed + t, so the passes are the same on every run of the same command.
+struct DropoutPasses {
+  int64_t count = 0;  // 0: none
+  uint64_t seed = 0;
+  std::string out_path;  // float32 (count, n, classes) probabilities
+};
+
 // Writes per-sample outputs for every row of `table`, in table order, as a float32 .npy:
 // classification (n, classes) probabilities; regression (n, 2, *target_shape) with the mean in
-// [:, 0] and the variance in [:, 1].
+// [:, 0] and the variance in [:, 1]. With `passes.count > 0` it also writes the MC-dropout
+// passes (classification members with at least one dropout layer; refused otherwise).
 Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapshot& snapshot,
                               const std::string& table, const std::string& out_path,
-                              const DeviceConfig& device = {});
+                              const DeviceConfig& device = {}, const DropoutPasses& passes = {});
 
 // Writes a checkpoint's network as plain files into `dir` (created if missing): every weight
 // and buffer as a float32 .npy, and returns the JSON that says how to apply them: the

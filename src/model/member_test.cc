@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -188,6 +189,59 @@ TEST(MemberTest, CheckpointRoundTripGivesIdenticalPredictions) {
   auto described = DescribeCheckpoint(dir + "/m.ckpt");
   ASSERT_TRUE(described.ok());
   EXPECT_NE(described->find("\"classes\": 10"), std::string::npos);
+}
+
+TEST(MemberTest, DropoutPassesAreSeededSamplesAroundTheDeterministicPrediction) {
+  std::string dir = Scratch("dropout-passes");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 4);
+  c.model = "dense 128 relu, dropout 0.3, dense 10";
+  ASSERT_TRUE(Train(*snap, "train", c, dir + "/m.ckpt").ok());
+  auto predict = [&](const std::string& name, uint64_t seed) {
+    DropoutPasses passes{3, seed, dir + "/" + name + "-passes.npy"};
+    auto r = Predict(dir + "/m.ckpt", *snap, "test", dir + "/" + name + ".npy", {}, passes);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    auto a = store::ReadNpyFile(passes.out_path);
+    EXPECT_TRUE(a.ok());
+    return *a;
+  };
+  store::HostArray first = predict("a", 11);
+  store::HostArray again = predict("b", 11);
+  store::HostArray other = predict("c", 12);
+  ASSERT_EQ(first.shape, (std::vector<uint64_t>{3, 10000, 10}));
+  EXPECT_EQ(first.data, again.data) << "same seed: the same masks";
+  EXPECT_NE(first.data, other.data);
+  // The deterministic file is unchanged by the passes beside it.
+  EXPECT_EQ(PredictBytes(dir + "/m.ckpt", dir + "/plain.npy"),
+            store::ReadNpyFile(dir + "/a.npy")->data);
+  // Each pass is a probability row per sample; passes differ, and their mean stays near the
+  // deterministic prediction (dropout's expectation, up to the nonlinearity).
+  auto plain = *store::ReadNpyFile(dir + "/plain.npy");
+  const float* p = first.as<float>();
+  const size_t per_pass = 10000 * 10;
+  double differ = 0, mean_gap = 0;
+  for (size_t i = 0; i < per_pass; i++) {
+    differ = std::max(differ, static_cast<double>(std::abs(p[i] - p[per_pass + i])));
+    const double mean = (p[i] + p[per_pass + i] + p[2 * per_pass + i]) / 3.0;
+    mean_gap += std::abs(mean - plain.as<float>()[i]) / static_cast<double>(per_pass);
+  }
+  for (size_t row = 0; row < 3 * 10000; row += 997) {
+    double sum = 0;
+    for (int k = 0; k < 10; k++) sum += p[row * 10 + k];
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+  }
+  EXPECT_GT(differ, 0.05);
+  EXPECT_LT(mean_gap, 0.05);
+
+  // A member without dropout has nothing to sample.
+  TrainConfig plain_config = MlpConfig(1, 4);
+  plain_config.model = "dense 32 relu, dense 10";
+  ASSERT_TRUE(Train(*snap, "train", plain_config, dir + "/plain.ckpt").ok());
+  auto refused = Predict(dir + "/plain.ckpt", *snap, "test", dir + "/x.npy", {},
+                         DropoutPasses{2, 1, dir + "/x-passes.npy"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has no dropout layer"), std::string::npos)
+      << refused.status().ToString();
 }
 
 TEST(MemberTest, WarmStartContinuesFromThePreviousCheckpoint) {

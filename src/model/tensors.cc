@@ -104,14 +104,17 @@ Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Tabl
   return std::make_pair(mean.to(torch::kFloat), var.sqrt().to(torch::kFloat));
 }
 
-Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipeline& pipeline,
-                                                        const std::vector<uint64_t>& rows,
-                                                        const MemberMeta& meta,
-                                                        const torch::Device& device,
-                                                        bool with_labels,
-                                                        const std::atomic<bool>* cancel) {
+Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(
+    Network& net, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
+    const MemberMeta& meta, const torch::Device& device, bool with_labels,
+    const std::atomic<bool>* cancel, bool sample_dropout) {
   torch::NoGradGuard no_grad;
   net->eval();
+  if (sample_dropout) {
+    for (const auto& module : net->modules()) {
+      if (auto* dropout = module->as<torch::nn::Dropout>()) dropout->train();
+    }
+  }
   pipeline.Start(rows);
   std::vector<torch::Tensor> outputs;
   std::vector<torch::Tensor> labels;
@@ -129,6 +132,14 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipel
   torch::Tensor all_out = outputs.empty() ? torch::empty({0, meta.outputs}) : torch::cat(outputs);
   torch::Tensor all_labels = labels.empty() ? torch::Tensor() : torch::cat(labels);
   return std::make_pair(all_out, all_labels);
+}
+
+int64_t DropoutLayerCount(Network& net) {
+  int64_t count = 0;
+  for (const auto& module : net->modules()) {
+    if (module->as<torch::nn::Dropout>() != nullptr) count++;
+  }
+  return count;
 }
 
 Result<std::pair<double, double>> ValidationLoss(

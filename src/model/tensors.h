@@ -57,13 +57,15 @@ Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Tabl
 // Runs the network in evaluation mode over `rows` of `pipeline`'s table and returns the
 // concatenated outputs on the CPU: log-probabilities (n, classes) for classification (exact
 // NLL even for confident mistakes), raw outputs (n, outputs) otherwise; plus the labels
-// (n,) / (n, targets) when `with_labels`. Aborted when `cancel` is set.
-Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchPipeline& pipeline,
-                                                        const std::vector<uint64_t>& rows,
-                                                        const MemberMeta& meta,
-                                                        const torch::Device& device,
-                                                        bool with_labels,
-                                                        const std::atomic<bool>* cancel = nullptr);
+// (n,) / (n, targets) when `with_labels`. Aborted when `cancel` is set. With `sample_dropout`
+// the dropout layers stay in training mode (MC dropout), drawing from libtorch's generator.
+Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(
+    Network& net, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
+    const MemberMeta& meta, const torch::Device& device, bool with_labels,
+    const std::atomic<bool>* cancel = nullptr, bool sample_dropout = false);
+
+// The number of dropout layers in `net`.
+int64_t DropoutLayerCount(Network& net);
 
 // Mean loss and (classification) accuracy of `net` on `rows`.
 Result<std::pair<double, double>> ValidationLoss(

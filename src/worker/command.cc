@@ -12,8 +12,8 @@ using nlohmann::json;
 ParsedCommand ParseCommandLine(std::string_view line) {
   ParsedCommand p;
   if (JsonTextNestsDeeperThan(line, kMaxJsonDepth)) {
-    p.error = "malformed command: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-              " levels";
+    p.error =
+        "malformed command: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return p;
   }
   try {
@@ -36,8 +36,8 @@ ParsedCommand ParseCommandLine(std::string_view line) {
     if (it->is_string() || it->is_number()) {
       p.id = nlohmann::ordered_json::parse(it->dump());
     } else if (!it->is_null()) {
-      p.error = "malformed command: \"id\" must be a string or a number, got " +
-                JsonForMessage(*it);
+      p.error =
+          "malformed command: \"id\" must be a string or a number, got " + JsonForMessage(*it);
       return p;
     }
   }
@@ -69,6 +69,13 @@ Result<std::string> CommandFields::String(const char* key,
   return it->get<std::string>();
 }
 
+Result<uint64_t> CommandFields::Unsigned(const char* key, uint64_t fallback) const {
+  auto it = cmd_.find(key);
+  if (it == cmd_.end()) return fallback;
+  if (!it->is_number_unsigned()) return Wrong(key, "a non-negative integer", *it);
+  return it->get<uint64_t>();
+}
+
 Result<uint64_t> CommandFields::Generation() const {
   auto it = cmd_.find("generation");
   if (it == cmd_.end()) {
@@ -96,8 +103,7 @@ Result<model::DeviceConfig> CommandFields::Device(const model::DeviceConfig& bas
       }
       d.threads = static_cast<int>(value.get<uint64_t>());
     } else {
-      return Status::InvalidArgument(op_ + ": device." + key +
-                                     ": unknown field (device, threads)");
+      return Status::InvalidArgument(op_ + ": device." + key + ": unknown field (device, threads)");
     }
   }
   return d;

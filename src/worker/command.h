@@ -35,6 +35,8 @@ class CommandFields {
   CommandFields(const nlohmann::json& cmd, std::string op) : cmd_(cmd), op_(std::move(op)) {}
 
   Result<std::string> String(const char* key, std::optional<std::string> fallback = {}) const;
+  // A non-negative integer, `fallback` when the field is absent.
+  Result<uint64_t> Unsigned(const char* key, uint64_t fallback) const;
   // "generation": a non-negative integer, always required.
   Result<uint64_t> Generation() const;
   // {"device": "cuda:0", "threads": 2}, each optional, over the worker's defaults.

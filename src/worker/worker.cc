@@ -430,10 +430,22 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(std::string checkpoint, f.String("checkpoint"));
     COHORT_ASSIGN_OR_RETURN(std::string out, f.String("out"));
     COHORT_ASSIGN_OR_RETURN(model::DeviceConfig device, f.Device(DefaultDevice()));
+    // MC dropout: "dropout_passes": T more passes with dropout on, into "passes_out".
+    model::DropoutPasses passes;
+    COHORT_ASSIGN_OR_RETURN(uint64_t count, f.Unsigned("dropout_passes", 0));
+    if (count > 10000) {
+      return Status::InvalidArgument("predict: field \"dropout_passes\": at most 10000, not " +
+                                     std::to_string(count));
+    }
+    passes.count = static_cast<int64_t>(count);
+    if (passes.count > 0) {
+      COHORT_ASSIGN_OR_RETURN(passes.seed, f.Unsigned("dropout_seed", 0));
+      COHORT_ASSIGN_OR_RETURN(passes.out_path, f.String("passes_out"));
+    }
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
     auto started = Clock::now();
     COHORT_ASSIGN_OR_RETURN(model::PredictResult r,
-                            model::Predict(checkpoint, *snapshot, table, out, device));
+                            model::Predict(checkpoint, *snapshot, table, out, device, passes));
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     Event e = Make(protocol::ev::kPredictions);
     if (!member_.empty()) e["member"] = member_;
@@ -443,6 +455,10 @@ class Worker {
     e["table"] = table;
     e["generation"] = snapshot->generation();
     e["seconds"] = seconds;
+    if (passes.count > 0) {
+      e["dropout_passes"] = passes.count;
+      e["passes_path"] = passes.out_path;
+    }
     Emit(e);
     member_.clear();
     return Status::OK();
