@@ -607,6 +607,90 @@ class BatchBaldAndDropoutPasses(LoopCase):
                       "dropout layer", proc.stderr)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """(next state, output) of splitmix64, as src/common/splitmix.h."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def round_seed(seed, rnd):
+    z = (seed + 0x9E3779B97F4A7C15 * (rnd + 1)) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def pool_sample(total, n, acquisition_seed, rnd):
+    """The pool rows round `rnd` scores with acquisition.pool_sample = n: an independent
+    implementation of PoolSampleOfRound (selection sampling from splitmix64)."""
+    state = round_seed(acquisition_seed ^ 0x6A09E667F3BCC908, rnd)
+    rows = []
+    for i in range(total):
+        if len(rows) == n:
+            break
+        state, out = splitmix64(state)
+        if (out >> 11) * 2.0 ** -53 * (total - i) < n - len(rows):
+            rows.append(i)
+    return rows
+
+
+class PoolSample(LoopCase):
+    """acquisition.pool_sample: the members predict, and acquisition scores, a seeded sample of
+    the pool each round (docs/acquisition.md)."""
+
+    def test_members_predict_only_the_sample_and_the_picks_come_from_it(self):
+        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("seed = 7\n", "seed = 7\npool_sample = 200\n"))
+        self.run_loop(path)
+        run = os.path.join(self.dir, "runs", "loop")
+        db = journal(run)
+        generation = db.execute(
+            "SELECT input_generation FROM rounds WHERE round = 0").fetchone()[0]
+        picks = [r["sample_id"] for r in db.execute(
+            "SELECT sample_id FROM acquisitions WHERE round = 0 ORDER BY rank")]
+        db.close()
+        prefix = os.path.join(self.dir, "pool0")
+        cohort("data", "export", os.path.join(run, "store"), "--table", "pool", "--out", prefix,
+               "--generation", str(generation))
+        pool_ids = np.load(prefix + ".ids.npy")
+        rows = pool_sample(len(pool_ids), 200, 7, 0)
+        self.assertEqual(len(rows), 200)
+        sample_ids = pool_ids[rows]
+        stacked = []
+        for member in ("mlp-a", "mlp-b", "cnn-c"):
+            p = np.load(os.path.join(run, "members", member, "round-0000", "attempt-1",
+                                     "predictions-pool.npy"))
+            self.assertEqual(p.shape, (200, 10))
+            stacked.append(p.astype(np.float64))
+        stacked = np.array(stacked)
+        self.assertEqual(len(picks), 30)
+        self.assertTrue(set(picks) <= set(sample_ids.tolist()))
+
+        def entropy(p):
+            return -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0)).sum(axis=-1)
+
+        bald = entropy(stacked.mean(axis=0)) - entropy(stacked).mean(axis=0)
+        self.assertEqual(picks[0], sample_ids[int(np.argmax(bald))])
+
+    def test_pool_sample_below_the_batch_is_refused(self):
+        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("seed = 7\n", "seed = 7\npool_sample = 20\n"))
+        proc = self.run_loop(path, expect=1)
+        self.assertIn("acquisition.pool_sample: 20 is below batch_size 30", proc.stderr)
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been

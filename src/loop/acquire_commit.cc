@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "common/row_sample.h"
 #include "common/worker_protocol.h"
 #include "loop/acquisition.h"
 #include "loop/batch_bald.h"
@@ -49,10 +50,14 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
                                         : path,
                              passes});
   }
+  // With pool_sample the members predicted only the round's sample: index i is pool row
+  // (*sample)[i].
+  const std::optional<std::vector<uint64_t>> sample =
+      PoolSampleOfRound(c.config->acquisition, round, pool.size());
+  const uint64_t rows = sample ? sample->size() : pool.size();
   COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked,
-                          c.task.regression
-                              ? StackPredictions(files, pool.size(), c.task)
-                              : StackPoolSamples(samples_files, pool.size(), c.classes));
+                          c.task.regression ? StackPredictions(files, rows, c.task)
+                                            : StackPoolSamples(samples_files, rows, c.classes));
   const AcquisitionConfig& acquisition = c.config->acquisition;
   std::vector<double> scores;
   if (c.task.regression) {
@@ -83,10 +88,11 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   }
   std::vector<AcquiredSample> samples;
   for (int64_t index : picked) {
-    auto row = static_cast<uint64_t>(index);
+    const auto i = static_cast<uint64_t>(index);
+    const uint64_t row = sample ? (*sample)[i] : i;
     picks.rows.push_back(row);
     picks.ids.push_back(pool.id(row));
-    samples.push_back({static_cast<int64_t>(picks.ids.back()), scores[row]});
+    samples.push_back({static_cast<int64_t>(picks.ids.back()), scores[i]});
   }
   COHORT_RETURN_IF_ERROR(c.journal->RecordAcquisition(c.run_id, round, samples));
   return picks;
@@ -117,6 +123,17 @@ uint64_t RoundSeed(uint64_t seed, int64_t round) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
+}
+
+uint64_t PoolSampleSeed(const AcquisitionConfig& acquisition, int64_t round) {
+  return RoundSeed(acquisition.seed ^ 0x6A09E667F3BCC908ULL, round);
+}
+
+std::optional<std::vector<uint64_t>> PoolSampleOfRound(const AcquisitionConfig& acquisition,
+                                                       int64_t round, uint64_t pool_rows) {
+  if (acquisition.pool_sample <= 0) return std::nullopt;
+  return SampleRows(pool_rows, static_cast<uint64_t>(acquisition.pool_sample),
+                    PoolSampleSeed(acquisition, round));
 }
 
 Result<AcquireResult> AcquireAndCommit(const AcquireContext& c, int64_t round,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,12 @@ Result<AcquireResult> AcquireAndCommit(const AcquireContext& context, int64_t ro
 
 // A seed of its own for each round, drawn reproducibly from the run's acquisition seed.
 uint64_t RoundSeed(uint64_t seed, int64_t round);
+
+// acquisition.pool_sample: the seed of round `round`'s sample (given to the workers, which
+// draw the same rows with SampleRows), and the sample's pool rows, increasing; nullopt when
+// the run scores the whole pool.
+uint64_t PoolSampleSeed(const AcquisitionConfig& acquisition, int64_t round);
+std::optional<std::vector<uint64_t>> PoolSampleOfRound(const AcquisitionConfig& acquisition,
+                                                       int64_t round, uint64_t pool_rows);
 
 }  // namespace cohort::loop

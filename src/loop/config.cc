@@ -801,7 +801,8 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
   Reader a(
       e, t, "acquisition.", t ? LineOf(*t) : 1,
       {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
-       "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates"});
+       "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates",
+       "pool_sample"});
   const std::vector<std::string> strategies = AllStrategyNames();
   std::string& strategy = c->acquisition.strategy;
   if (a.String("strategy", &strategy)) {
@@ -875,6 +876,22 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
       a.Fail("cold_start_strategy", "'" + cold +
                                         "' measures disagreement between members and needs at "
                                         "least 2 [[member]] entries");
+    }
+  }
+  if (a.Int("pool_sample", &c->acquisition.pool_sample, 1)) {
+    c->acquisition.pool_sample_line = a.KeyLine("pool_sample");
+    const int64_t k = c->acquisition.batch_size;
+    if (k > 0 && c->acquisition.pool_sample < k) {
+      a.Fail("pool_sample", fmt::format("{} is below batch_size {}: a round could not pick its "
+                                        "batch from the sample",
+                                        c->acquisition.pool_sample, k));
+    }
+    for (const MemberConfig& m : c->members) {
+      if (m.is_script() && a.ok()) {
+        a.Fail("pool_sample", "member " + m.name +
+                                  " is an outside member, which predicts the whole pool; "
+                                  "pool_sample needs native members");
+      }
     }
   }
   // BatchBALD's own settings, and its batch is its own: no stochastic draw over it.
@@ -1194,6 +1211,17 @@ void ParseRoot(Errors* e, const TV& root, const fs::path& base, LoopConfig* c) {
   ParseAcquisition(e, r, FileAcquires(root), c);
   ParseOracle(e, r, base, &c->oracle);
   ParseUpdates(e, r, base, c);
+  if (e->ok() && c->acquisition.pool_sample > 0) {
+    for (const UpdateStepConfig& u : c->updates) {
+      if (u.kind == UpdateStepConfig::Kind::kPseudoLabel ||
+          u.kind == UpdateStepConfig::Kind::kCommand) {
+        e->Fail(c->acquisition.pool_sample_line, "acquisition.pool_sample",
+                "update step '" + u.name + "' (line " + std::to_string(u.line) +
+                    ") reads the members' pool predictions, which would cover only the sample");
+        break;
+      }
+    }
+  }
   ParseStop(e, r, &c->stop);
   if (e->ok() && !HasAcquireStep(*c) && !c->stop.max_rounds) {
     const TV* stop = r.Get("stop");
@@ -1516,6 +1544,7 @@ nlohmann::json LoopConfigToJson(const LoopConfig& c) {
     out["acquisition"]["selection"] = BatchSelectionName(c.acquisition.selection.kind);
     out["acquisition"]["temperature"] = c.acquisition.selection.temperature;
   }
+  if (c.acquisition.pool_sample > 0) out["acquisition"]["pool_sample"] = c.acquisition.pool_sample;
   if (c.acquisition.strategy == "batchbald" || c.acquisition.cold_start_strategy == "batchbald") {
     out["acquisition"]["batchbald_samples"] = c.acquisition.batch_bald.samples;
     out["acquisition"]["batchbald_candidates"] = c.acquisition.batch_bald.candidates;

@@ -75,6 +75,10 @@ struct AcquisitionConfig {
   // How the batch is drawn from the scores (acquisition.h): the top k, or a stochastic draw
   // (power, softmax, softrank) at `temperature`.
   BatchSelection selection;
+  // Score only a seeded random sample of this many pool rows each round (Gal et al. 2017,
+  // Baal's max_sample): the members predict just those rows (PoolSampleOfRound); 0: all.
+  int64_t pool_sample = 0;
+  int pool_sample_line = 0;
   // strategy "batchbald" (loop/batch_bald.h): the label configurations it keeps and the
   // top-BALD candidates it considers.
   BatchBaldOptions batch_bald;

@@ -608,6 +608,28 @@ TEST(LoopConfigTest, DropoutPasses) {
       "dir/loop.toml:29: member[2].dropout_passes: must be at most 1000");
 }
 
+TEST(LoopConfigTest, PoolSample) {
+  const std::string base = "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 100\n";
+  auto with = [&](const std::string& extra) { return Replace(kFull, base, base + extra); };
+  auto c = ParseLoopConfig(with("pool_sample = 5000\n"), "dir/loop.toml", "/base");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->acquisition.pool_sample, 5000);
+  EXPECT_EQ(LoopConfigToJson(*c)["acquisition"]["pool_sample"], 5000);
+  auto plain = ParseLoopConfig(kFull, "dir/loop.toml", "/base");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(LoopConfigToJson(*plain)["acquisition"].contains("pool_sample"));
+  EXPECT_EQ(Error(with("pool_sample = 50\n")),
+            "dir/loop.toml:34: acquisition.pool_sample: 50 is below batch_size 100: a round "
+            "could not pick its batch from the sample");
+  EXPECT_EQ(Error(with("pool_sample = 0\n")),
+            "dir/loop.toml:34: acquisition.pool_sample: expected an integer >= 1, got 0");
+  EXPECT_EQ(Error(with("pool_sample = 500\n") +
+                  "\n[[update]]\nkind = \"acquire\"\n\n[[update]]\nkind = \"pseudo_label\"\n"
+                  "threshold = 0.9\n"),
+            "dir/loop.toml:34: acquisition.pool_sample: update step 'pseudo_label' (line 43) "
+            "reads the members' pool predictions, which would cover only the sample");
+}
+
 TEST(LoopConfigTest, BatchBaldSettings) {
   const std::string base = "[acquisition]\nstrategy = \"entropy\"\nbatch_size = 100\n";
   auto with = [&](const std::string& extra) {

@@ -153,13 +153,21 @@ class Controller {
                                  round_seconds_.end(), 0.0);
     return sum / static_cast<double>(n);
   }
-  PredictionShape ShapeOf(const Tables& t) const {
+  PredictionShape ShapeOf(const Tables& t, int64_t round) const {
     const bool train = UpdatesReadTrainPredictions(config_);
-    return PredictionShape{.pool_rows = t.pool->size(),
+    // With pool_sample the members predict only the round's sample of the pool.
+    std::vector<uint64_t> pool_ids = t.pool->Ids();
+    if (auto sample = PoolSampleOfRound(config_.acquisition, round, t.pool->size())) {
+      std::vector<uint64_t> sampled;
+      sampled.reserve(sample->size());
+      for (uint64_t row : *sample) sampled.push_back(pool_ids[row]);
+      pool_ids = std::move(sampled);
+    }
+    return PredictionShape{.pool_rows = pool_ids.size(),
                            .test_rows = t.test->size(),
                            .train_rows = train ? t.train->size() : 0,
                            .classes = classes_,
-                           .pool_ids = t.pool->Ids(),
+                           .pool_ids = std::move(pool_ids),
                            .test_ids = t.test->Ids(),
                            .train_ids = train ? t.train->Ids() : std::vector<uint64_t>{},
                            .task = task_};
@@ -434,7 +442,7 @@ RoundState Controller::StateOf(int64_t round, const Tables& t) const {
 Status Controller::RecheckFinishedAttempts(int64_t round, const Tables& t) {
   COHORT_ASSIGN_OR_RETURN(auto attempts, run_.journal->AttemptsOfRound(run_.run.id, round));
   std::vector<MemberResult> results = ResultsFromAttempts(config_, attempts);
-  const PredictionShape shape = ShapeOf(t);
+  const PredictionShape shape = ShapeOf(t, round);
   for (const AttemptRecord& a : attempts) {
     if (a.status != AttemptStatus::kDone) continue;
     auto member = std::find_if(config_.members.begin(), config_.members.end(),
@@ -531,7 +539,7 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   if (plan.tasks.empty()) return Status::OK();
   // Which member runs where never changes a result, only when the round ends.
   OrderLongestFirst(previous_attempts, &plan.tasks);
-  return scheduler_->RunRound(round, generation, config_, ShapeOf(t), std::move(plan.tasks),
+  return scheduler_->RunRound(round, generation, config_, ShapeOf(t, round), std::move(plan.tasks),
                               results, stats);
 }
 
@@ -566,7 +574,7 @@ Status Controller::PredictMissingPool(int64_t round, uint64_t generation,
   PhaseStats stats;
   std::vector<MemberResult> fresh(results->size());
   COHORT_RETURN_IF_ERROR(
-      scheduler_->RunRound(round, generation, config_, ShapeOf(t), tasks, &fresh, &stats));
+      scheduler_->RunRound(round, generation, config_, ShapeOf(t, round), tasks, &fresh, &stats));
   for (const MemberTask& task : tasks) {
     if (!fresh[task.index].done) {
       return Status::Aborted(fmt::format("round {}: {} could not predict the pool: {}", round,

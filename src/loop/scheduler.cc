@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/worker_protocol.h"
+#include "loop/acquire_commit.h"
 #include "loop/script_member.h"
 #include "loop/worker_client.h"
 
@@ -347,7 +348,10 @@ Status Scheduler::SendNext(Slot& slot) {
                                 .attempt_dir = paths_.Absolute(a.dir),
                                 .warm_start_from = a.task.warm_start_from,
                                 .tables = &config_->store,
-                                .classes = shape_.classes};
+                                .classes = shape_.classes,
+                                .pool_sample = config_->acquisition.pool_sample,
+                                .pool_sample_seed =
+                                    PoolSampleSeed(config_->acquisition, round_)};
   json command = WorkerCommand(a.step, context);
   a.command_id = command["id"].get<std::string>();
   a.command_started = host_->Now();

@@ -80,6 +80,10 @@ json WorkerCommand(WorkerStep step, const AttemptCommandContext& c) {
                            : train ? protocol::file::kTrainPredictions
                                    : protocol::file::kTestPredictions);
       command["id"] = prefix + (pool ? "/pool" : train ? "/train" : "/test");
+      if (pool && c.pool_sample > 0) {
+        command["sample_rows"] = c.pool_sample;
+        command["sample_seed"] = c.pool_sample_seed;
+      }
       if (pool && c.member->dropout_passes > 0) {
         // The masks depend on the member's seed and the round, not on the attempt: a retried
         // or resumed attempt samples the same passes.

@@ -49,6 +49,10 @@ struct AttemptCommandContext {
   std::string warm_start_from;
   const StoreConfig* tables = nullptr;
   int64_t classes = 0;  // the run's class count, for a member without its own `classes`
+  // acquisition.pool_sample (0: none): the pool predictions cover that many rows, drawn by
+  // SampleRows from pool_sample_seed.
+  int64_t pool_sample = 0;
+  uint64_t pool_sample_seed = 0;
 };
 
 // The command for `step`, with its id (unique per round, member, attempt and step).

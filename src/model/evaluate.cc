@@ -27,7 +27,7 @@ struct Applied {
 
 Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snapshot,
                       const std::string& table_name, const DeviceConfig& device_config,
-                      bool with_labels) {
+                      bool with_labels, const std::vector<uint64_t>& rows) {
   COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
   COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
   at::set_num_threads(std::max(device_config.threads, 1));
@@ -36,8 +36,8 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
     BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table, &out.member.meta));
-    COHORT_ASSIGN_OR_RETURN(auto run, RunOver(out.member.net, pipeline, AllRows(*table),
-                                              out.member.meta, device, with_labels));
+    COHORT_ASSIGN_OR_RETURN(auto run, RunOver(out.member.net, pipeline, rows, out.member.meta,
+                                              device, with_labels));
     out.outputs = run.first;
     out.labels = run.second;
     return std::move(out);
@@ -142,8 +142,8 @@ Result<std::map<std::string, double>> Evaluate(const std::string& checkpoint,
                                                const store::Snapshot& snapshot,
                                                const std::string& table,
                                                const DeviceConfig& device) {
-  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, true));
   COHORT_ASSIGN_OR_RETURN(const store::Table* t, snapshot.table(table));
+  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, true, AllRows(*t)));
   return GuardTorch("evaluate " + checkpoint, [&]() -> Result<std::map<std::string, double>> {
     const MemberMeta& meta = a.member.meta;
     if (meta.classification()) {
@@ -161,6 +161,7 @@ namespace {
 Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snapshot& snapshot,
                                                   const std::string& table_name,
                                                   const DeviceConfig& device_config,
+                                                  const std::vector<uint64_t>& rows,
                                                   const DropoutPasses& passes) {
   const MemberMeta& meta = a.member.meta;
   if (!meta.classification()) {
@@ -173,15 +174,15 @@ Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snaps
   }
   COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
   COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
-  const auto rows = static_cast<uint64_t>(a.outputs.size(0));
-  store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count), rows,
+  store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count),
+                                                  rows.size(),
                                                   static_cast<uint64_t>(meta.classes)});
   COHORT_RETURN_IF_ERROR(GuardTorch("member " + meta.member, [&]() -> Status {
     for (int64_t t = 0; t < passes.count; t++) {
       torch::manual_seed(passes.seed + static_cast<uint64_t>(t));
       BatchPipeline pipeline(*table, false, PassBatchRows(*table, &meta));
-      COHORT_ASSIGN_OR_RETURN(auto run, RunOver(a.member.net, pipeline, AllRows(*table), meta,
-                                                device, false, nullptr, true));
+      COHORT_ASSIGN_OR_RETURN(
+          auto run, RunOver(a.member.net, pipeline, rows, meta, device, false, nullptr, true));
       torch::Tensor p = run.first.exp().to(torch::kFloat).contiguous();
       const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
       std::memcpy(array.data.data() + static_cast<size_t>(t) * bytes, p.data_ptr<float>(), bytes);
@@ -195,9 +196,18 @@ Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snaps
 
 Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapshot& snapshot,
                               const std::string& table, const std::string& out_path,
-                              const DeviceConfig& device, const DropoutPasses& passes) {
+                              const DeviceConfig& device, const PredictOptions& options) {
+  const DropoutPasses& passes = options.dropout;
   if (passes.count < 0) return Status::InvalidArgument("dropout passes must be >= 0");
-  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* t, snapshot.table(table));
+  const std::vector<uint64_t> rows = options.rows ? *options.rows : AllRows(*t);
+  for (uint64_t row : rows) {
+    if (row >= t->size()) {
+      return Status::InvalidArgument("predict: row " + std::to_string(row) + " is beyond table " +
+                                     table + " (" + std::to_string(t->size()) + " rows)");
+    }
+  }
+  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false, rows));
   const MemberMeta& meta = a.member.meta;
   store::HostArray array;
   PredictResult result;
@@ -223,7 +233,7 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
   }));
   if (passes.count > 0) {
     COHORT_ASSIGN_OR_RETURN(store::HostArray sampled,
-                            DropoutPassProbabilities(a, snapshot, table, device, passes));
+                            DropoutPassProbabilities(a, snapshot, table, device, rows, passes));
     COHORT_RETURN_IF_ERROR(store::WriteNpyFile(passes.out_path, sampled));
   }
   COHORT_RETURN_IF_ERROR(store::WriteNpyFile(out_path, array));

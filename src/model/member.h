@@ -98,13 +98,20 @@ struct DropoutPasses {
   std::string out_path;  // float32 (count, n, classes) probabilities
 };
 
-// Writes per-sample outputs for every row of `table`, in table order, as a float32 .npy:
-// classification (n, classes) probabilities; regression (n, 2, *target_shape) with the mean in
-// [:, 0] and the variance in [:, 1]. With `passes.count > 0` it also writes the MC-dropout
-// passes (classification members with at least one dropout layer; refused otherwise).
+struct PredictOptions {
+  // Only these rows of the table, in this order (acquisition.pool_sample); unset: every row.
+  std::optional<std::vector<uint64_t>> rows;
+  DropoutPasses dropout;
+};
+
+// Writes per-sample outputs for every row of `table` (or options.rows), in table order, as a
+// float32 .npy: classification (n, classes) probabilities; regression (n, 2, *target_shape)
+// with the mean in [:, 0] and the variance in [:, 1]. With `dropout.count > 0` it also writes
+// the MC-dropout passes (classification members with at least one dropout layer; refused
+// otherwise). A row beyond the table is refused.
 Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapshot& snapshot,
                               const std::string& table, const std::string& out_path,
-                              const DeviceConfig& device = {}, const DropoutPasses& passes = {});
+                              const DeviceConfig& device = {}, const PredictOptions& options = {});
 
 // Writes a checkpoint's network as plain files into `dir` (created if missing): every weight
 // and buffer as a float32 .npy, and returns the JSON that says how to apply them: the

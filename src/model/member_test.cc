@@ -199,7 +199,8 @@ TEST(MemberTest, DropoutPassesAreSeededSamplesAroundTheDeterministicPrediction) 
   ASSERT_TRUE(Train(*snap, "train", c, dir + "/m.ckpt").ok());
   auto predict = [&](const std::string& name, uint64_t seed) {
     DropoutPasses passes{3, seed, dir + "/" + name + "-passes.npy"};
-    auto r = Predict(dir + "/m.ckpt", *snap, "test", dir + "/" + name + ".npy", {}, passes);
+    auto r = Predict(dir + "/m.ckpt", *snap, "test", dir + "/" + name + ".npy", {},
+                     PredictOptions{.rows = std::nullopt, .dropout = passes});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     auto a = store::ReadNpyFile(passes.out_path);
     EXPECT_TRUE(a.ok());
@@ -238,10 +239,35 @@ TEST(MemberTest, DropoutPassesAreSeededSamplesAroundTheDeterministicPrediction) 
   plain_config.model = "dense 32 relu, dense 10";
   ASSERT_TRUE(Train(*snap, "train", plain_config, dir + "/plain.ckpt").ok());
   auto refused = Predict(dir + "/plain.ckpt", *snap, "test", dir + "/x.npy", {},
-                         DropoutPasses{2, 1, dir + "/x-passes.npy"});
+                         PredictOptions{.dropout = DropoutPasses{2, 1, dir + "/x-passes.npy"}});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("has no dropout layer"), std::string::npos)
       << refused.status().ToString();
+}
+
+TEST(MemberTest, PredictingChosenRowsGivesThoseRowsOfTheFullPrediction) {
+  std::string dir = Scratch("rows");
+  auto snap = Open(FashionStore());
+  ASSERT_TRUE(Train(*snap, "train", MlpConfig(1, 9), dir + "/m.ckpt").ok());
+  ASSERT_TRUE(Predict(dir + "/m.ckpt", *snap, "test", dir + "/full.npy").ok());
+  const std::vector<uint64_t> rows = {2, 7, 9999};
+  auto r = Predict(dir + "/m.ckpt", *snap, "test", dir + "/some.npy", {},
+                   PredictOptions{.rows = rows});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->rows, 3U);
+  auto full = *store::ReadNpyFile(dir + "/full.npy");
+  auto some = *store::ReadNpyFile(dir + "/some.npy");
+  ASSERT_EQ(some.shape, (std::vector<uint64_t>{3, 10}));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int c = 0; c < 10; c++) {
+      // Another batch composition: the BLAS may round differently in the last bits.
+      EXPECT_NEAR(some.as<float>()[i * 10 + c], full.as<float>()[rows[i] * 10 + c], 1e-5) << i;
+    }
+  }
+  auto beyond = Predict(dir + "/m.ckpt", *snap, "test", dir + "/x.npy", {},
+                        PredictOptions{.rows = std::vector<uint64_t>{1, 10000}});
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_EQ(beyond.status().message(), "predict: row 10000 is beyond table test (10000 rows)");
 }
 
 TEST(MemberTest, WarmStartContinuesFromThePreviousCheckpoint) {

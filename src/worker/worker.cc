@@ -36,6 +36,7 @@
 #include "common/file_util.h"
 #include "common/json_text.h"
 #include "common/status.h"
+#include "common/row_sample.h"
 #include "common/worker_protocol.h"
 #include "launch/device.h"
 #include "model/config_json.h"
@@ -443,9 +444,18 @@ class Worker {
       COHORT_ASSIGN_OR_RETURN(passes.out_path, f.String("passes_out"));
     }
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
+    model::PredictOptions options;
+    options.dropout = passes;
+    // acquisition.pool_sample: "sample_rows" rows of the table drawn from "sample_seed".
+    if (cmd.contains("sample_rows")) {
+      COHORT_ASSIGN_OR_RETURN(uint64_t sample, f.Unsigned("sample_rows", 0));
+      COHORT_ASSIGN_OR_RETURN(uint64_t seed, f.Unsigned("sample_seed", 0));
+      COHORT_ASSIGN_OR_RETURN(const store::Table* t, snapshot->table(table));
+      options.rows = SampleRows(t->size(), sample, seed);
+    }
     auto started = Clock::now();
     COHORT_ASSIGN_OR_RETURN(model::PredictResult r,
-                            model::Predict(checkpoint, *snapshot, table, out, device, passes));
+                            model::Predict(checkpoint, *snapshot, table, out, device, options));
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     Event e = Make(protocol::ev::kPredictions);
     if (!member_.empty()) e["member"] = member_;
