@@ -8,6 +8,9 @@
 # from --data DIR, else /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist),
 # else torchvision's download layout (DIR/FashionMNIST/raw) under ~/.torch, ~/data, ./data.
 #
+# Without Debian's -dev packages (most GPU machines), pass --deps-bundle DIR, a bundle made by
+# scripts/deps-bundle on a Debian machine (docs/development.md, "Offline builds").
+#
 # Usage: bench/gpu_check.sh [--data DIR] [--python PY] [--device cuda:0] [--epochs 3]
 #                           [--batch-size 256] [--threads N] [--build-dir DIR] [--work DIR]
 # Prints the throughput of `cohort train` on the GPU and on the CPU with the same settings, and
@@ -23,6 +26,7 @@ batch=256
 threads="$(nproc)"
 build_dir="$repo/build-gpu"
 work=""
+bundle=""
 model="dense 256 relu, dropout 0.1, dense 10"
 
 die() {  # the message may come in several arguments, joined by spaces
@@ -44,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --threads) threads="${2:?}"; shift 2 ;;
     --build-dir) build_dir="${2:?}"; shift 2 ;;
     --work) work="${2:?}"; shift 2 ;;
+    --deps-bundle) bundle="$(cd "${2:?--deps-bundle needs a directory}" && pwd)"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -93,7 +98,8 @@ echo "libtorch CMake prefix: $prefix (C++11 ABI: $(field CXX11_ABI))"
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCOHORT_BUILD_TESTS=OFF -DCOHORT_BUILD_BENCH=OFF ||
+  -DCMAKE_PREFIX_PATH="$prefix" -DCOHORT_BUILD_TESTS=OFF -DCOHORT_BUILD_BENCH=OFF \
+  ${bundle:+-DCOHORT_DEPS_BUNDLE="$bundle"} ||
   die "cmake configure failed in $build_dir (see above)"
 if ! cmake --build "$build_dir" --target cohort -j "$(nproc)"; then
   if [[ "$(field CXX11_ABI)" == 0 ]]; then
