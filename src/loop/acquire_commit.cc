@@ -13,6 +13,7 @@
 #include "loop/batch_bald.h"
 #include "loop/crash_point.h"
 #include "loop/oracle.h"
+#include "loop/prediction_stream.h"
 #include "loop/predictions.h"
 #include "loop/regression.h"
 #include "store/store.h"
@@ -55,24 +56,33 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   const std::optional<std::vector<uint64_t>> sample =
       PoolSampleOfRound(c.config->acquisition, round, pool.size());
   const uint64_t rows = sample ? sample->size() : pool.size();
-  COHORT_ASSIGN_OR_RETURN(StackedPredictions stacked,
-                          c.task.regression ? StackPredictions(files, rows, c.task)
-                                            : StackPoolSamples(samples_files, rows, c.classes));
   const AcquisitionConfig& acquisition = c.config->acquisition;
+  const bool batchbald = acquisition.StrategyOfRound(round) == "batchbald";
+  // Per-sample strategies score the files a block at a time (loop/prediction_stream.h);
+  // BatchBALD and regression runs stack them whole.
+  StackedPredictions stacked;
+  if (c.task.regression) {
+    COHORT_ASSIGN_OR_RETURN(stacked, StackPredictions(files, rows, c.task));
+  } else if (batchbald) {
+    COHORT_ASSIGN_OR_RETURN(stacked, StackPoolSamples(samples_files, rows, c.classes));
+  }
   std::vector<double> scores;
   if (c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
                                                                  stacked.samples, stacked.outputs));
     COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));
-  } else {
+  } else if (batchbald) {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
                                                                stacked.samples, stacked.classes));
     COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.StrategyOfRound(round), view));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(
+        scores, StreamScores(acquisition.StrategyOfRound(round), samples_files, rows, c.classes));
   }
   // The same picks as Acquire when no band is set and the selection is the top k.
   const uint64_t seed = RoundSeed(acquisition.seed, round);
   std::vector<int64_t> picked;
-  if (acquisition.StrategyOfRound(round) == "batchbald") {
+  if (batchbald) {
     // The journal keeps each pick's BatchBALD gain: what it added given the picks before it.
     COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
                                                                stacked.samples, stacked.classes));

@@ -116,7 +116,7 @@ Result<EnsemblePredictions> MakeEnsemblePredictions(const std::vector<float>& da
 
 Status ValidatePredictions(const EnsemblePredictions& predictions,
                            std::span<const std::string> member_names,
-                           std::span<const uint64_t> sample_ids) {
+                           std::span<const uint64_t> sample_ids, int64_t first_row) {
   const EnsemblePredictions& p = predictions;
   if (p.members < 1) return Status::InvalidArgument("predictions have no members");
   if (p.classes < 2) {
@@ -136,15 +136,17 @@ Status ValidatePredictions(const EnsemblePredictions& predictions,
       for (int64_t c = 0; c < p.classes; c++) {
         const float v = row[c];
         if (!std::isfinite(v) || v < 0) {
-          return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
-                                         ": probability of class " + std::to_string(c) + " is " +
+          return Status::InvalidArgument(
+              DescribePredictionRow(m, first_row + i, member_names, sample_ids) +
+              ": probability of class " + std::to_string(c) + " is " +
                                          std::to_string(v));
         }
         sum += v;
       }
       if (std::abs(sum - 1.0) > kProbabilitySumTolerance) {
-        return Status::InvalidArgument(DescribePredictionRow(m, i, member_names, sample_ids) +
-                                       ": probabilities sum to " + std::to_string(sum) + ", not 1");
+        return Status::InvalidArgument(
+            DescribePredictionRow(m, first_row + i, member_names, sample_ids) +
+            ": probabilities sum to " + std::to_string(sum) + ", not 1");
       }
     }
   }

@@ -61,10 +61,12 @@ inline constexpr double kProbabilitySumTolerance = 1e-3;
 // value is finite and non-negative with every row summing to 1 within
 // kProbabilitySumTolerance; otherwise an InvalidArgument naming the member and sample: by
 // name and sample id when `member_names` / `sample_ids` give them (one per member / sample),
-// else by index ("member 0 row 3").
+// else by index ("member 0 row 3"). A view of rows first_row.. of a larger table (a block read
+// by loop/prediction_stream.h) names rows by their index in the table, and `sample_ids` holds
+// the whole table's ids.
 Status ValidatePredictions(const EnsemblePredictions& predictions,
                            std::span<const std::string> member_names = {},
-                           std::span<const uint64_t> sample_ids = {});
+                           std::span<const uint64_t> sample_ids = {}, int64_t first_row = 0);
 
 // The strategy names Acquire accepts: random, entropy, margin, least_confident, variance,
 // bald, vote_entropy. The one list: the loop config checks `strategy` against it and names

@@ -8,6 +8,7 @@
 
 #include "common/worker_protocol.h"
 #include "loop/acquisition.h"
+#include "loop/prediction_stream.h"
 #include "loop/regression.h"
 #include "store/host_array.h"
 #include "store/npy.h"
@@ -120,20 +121,25 @@ std::string CheckAttemptPredictions(const std::string& dir, const PredictionShap
     const std::vector<uint64_t>& ids = file.ids;
     std::string path = dir + "/" + std::string(name);
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
-    auto values =
-        shape.task.regression
-            ? ReadRegressionMemberPredictions(path, std::string(name), rows,
-                                              shape.task.target_shape, ids, member)
-            : ReadMemberPredictions(path, std::string(name), rows, classes, &classes, ids, member);
-    if (!values.ok()) return values.status().message();
+    if (shape.task.regression) {
+      auto values = ReadRegressionMemberPredictions(path, std::string(name), rows,
+                                                    shape.task.target_shape, ids, member);
+      if (!values.ok()) return values.status().message();
+    } else {
+      // A block at a time: a pool of 10^7 rows never sits whole in the controller.
+      Status checked =
+          CheckPredictionFile(path, std::string(name), rows, classes, &classes, ids, member);
+      if (!checked.ok()) return checked.message();
+    }
   }
   if (pool && pool_passes > 0 && !shape.task.regression) {
     const std::string_view name = protocol::file::kPoolDropoutPasses;
     std::string path = dir + "/" + std::string(name);
     if (!std::filesystem::exists(path)) return "exited 0 without writing " + std::string(name);
-    auto values = ReadDropoutPasses(path, std::string(name), pool_passes, shape.pool_rows, classes,
-                                    shape.pool_ids, member);
-    if (!values.ok()) return values.status().message();
+    int64_t width = 0;
+    Status checked = CheckPredictionFile(path, std::string(name), shape.pool_rows, classes, &width,
+                                         shape.pool_ids, member, pool_passes);
+    if (!checked.ok()) return checked.message();
   }
   return "";
 }

@@ -103,7 +103,9 @@ std::string EncodeNpyHeader(Dtype dtype, std::span<const uint64_t> shape) {
   return out + dict;
 }
 
-Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name) {
+Result<NpyHeader> ParseNpyHeaderOf(std::span<const std::byte> head, uint64_t file_size,
+                                   const std::string& name) {
+  std::span<const std::byte> file = head;
   auto bad = [&](const std::string& why) {
     return Status::Corruption(name + ": not a valid .npy file: " + why);
   };
@@ -187,13 +189,17 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::str
     if (d != 0 && bytes > UINT64_MAX / d) return bad("array size overflows");
     bytes *= d;
   }
-  if (file.size() - out.data_offset != bytes) {
-    bool shorter = file.size() - out.data_offset < bytes;
+  if (file_size < out.data_offset || file_size - out.data_offset != bytes) {
+    bool shorter = file_size < out.data_offset || file_size - out.data_offset < bytes;
     return bad(std::string(shorter ? "truncated" : "trailing bytes") + ": header promises " +
                std::to_string(bytes) + " data bytes, file has " +
-               std::to_string(file.size() - out.data_offset));
+               std::to_string(file_size < out.data_offset ? 0 : file_size - out.data_offset));
   }
   return out;
+}
+
+Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name) {
+  return ParseNpyHeaderOf(file, file.size(), name);
 }
 
 Result<HostArray> ReadNpyFile(const std::string& path) {

@@ -48,6 +48,10 @@ std::string EncodeNpyHeader(Dtype dtype, std::span<const uint64_t> shape);
 // error messages. Rejects Fortran order, big-endian types, unknown dtypes, and a file whose
 // length is not exactly header + data (truncated, or with trailing bytes).
 Result<NpyHeader> ParseNpyHeader(std::span<const std::byte> file, const std::string& name);
+// The same checks from the file's first bytes (`head`, holding at least the whole header) and
+// its size: for reading a large file a block at a time.
+Result<NpyHeader> ParseNpyHeaderOf(std::span<const std::byte> head, uint64_t file_size,
+                                   const std::string& name);
 
 // (rows, *row_shape): the shape of `rows` samples of `row_shape` each.
 std::vector<uint64_t> WithRows(uint64_t rows, const std::vector<uint64_t>& row_shape);
