@@ -5,9 +5,9 @@ For each pool size, a synthetic store (8 float32 features, 10 classes, 1,000 lab
 1,000 test rows, the pool's labels hidden) and a two-round `cohort run` with 8 tiny members
 (`dense 8 relu, dense 10`, one epoch) acquiring 100 rows by BALD. Per size it prints round 0's
 overhead, what is neither training nor predicting: acquisition (read and score every member's
-pool predictions, pick), labelling, the commit, and the round's wall time minus the slowest
-device's training and prediction; and the controller's peak resident memory (VmHWM of the
-`cohort run` process, sampled every 0.1 s; its workers are separate processes).
+pool predictions, pick), labelling and the commit, their sum (controller_s), next to the
+round's wall time; and the controller's peak resident memory (VmHWM of the `cohort run`
+process, sampled every 0.1 s; its workers are separate processes).
 
   bench/scale_bench.py [--sizes 10000,100000,1000000] [--scratch DIR] [--cohort PATH]
   bench/scale_bench.py --quick      # smoke: 2,000 rows
@@ -119,11 +119,10 @@ def measure(cohort, scratch, pool):
                    "WHERE round = 0").fetchone()
     db.close()
     acquire, label, commit, train, predict, wall = r
-    # Two devices: the members' compute, summed, spread over both.
-    overhead = wall - (train + predict) / 2
     shutil.rmtree(work, ignore_errors=True)
     return {"pool": pool, "build_s": build_s, "acquire_s": acquire, "label_s": label,
-            "commit_s": commit, "round_s": wall, "overhead_s": overhead, "peak_rss_mb": peak}
+            "commit_s": commit, "controller_s": acquire + label + commit, "round_s": wall,
+            "peak_rss_mb": peak}
 
 
 def main():
@@ -138,12 +137,12 @@ def main():
         fail(f"{cohort}: not an executable (build first, or pass --cohort)")
     sizes = [2000] if a.quick else [int(s) for s in a.sizes.split(",") if s]
     os.makedirs(a.scratch, exist_ok=True)
-    print(f"{'pool_rows':>10} {'acquire_s':>10} {'label_s':>8} {'commit_s':>9} {'round_s':>8} "
-          f"{'overhead_s':>11} {'controller_peak_MB':>19}", flush=True)
+    print(f"{'pool_rows':>10} {'acquire_s':>10} {'label_s':>8} {'commit_s':>9} "
+          f"{'controller_s':>13} {'round_s':>8} {'controller_peak_MB':>19}", flush=True)
     for pool in sizes:
         m = measure(cohort, os.path.abspath(a.scratch), pool)
         print(f"{m['pool']:>10} {m['acquire_s']:>10.3f} {m['label_s']:>8.3f} "
-              f"{m['commit_s']:>9.3f} {m['round_s']:>8.2f} {m['overhead_s']:>11.2f} "
+              f"{m['commit_s']:>9.3f} {m['controller_s']:>13.3f} {m['round_s']:>8.2f} "
               f"{m['peak_rss_mb']:>19.0f}", flush=True)
     return 0
 

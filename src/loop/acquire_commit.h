@@ -6,8 +6,8 @@
 // A controller killed after the commit but before the round was journalled done is recognised
 // on resume: CURRENT is then past the round's input (further when [[update]] command steps
 // after the acquire step committed too), and the generation right after the input must move
-// exactly the journalled picks (anything else is Corruption, never silently accepted). The picks are a
-// function of the members' prediction files and the round's seed, so they come out the same.
+// exactly the journalled picks (anything else is Corruption, never silently accepted). The picks
+// are a function of the members' prediction files and the round's seed, so they come out the same.
 //
 // Thread-safety: used by the controller thread only.
 #pragma once

@@ -138,8 +138,7 @@ Status ValidatePredictions(const EnsemblePredictions& predictions,
         if (!std::isfinite(v) || v < 0) {
           return Status::InvalidArgument(
               DescribePredictionRow(m, first_row + i, member_names, sample_ids) +
-              ": probability of class " + std::to_string(c) + " is " +
-                                         std::to_string(v));
+              ": probability of class " + std::to_string(c) + " is " + std::to_string(v));
         }
         sum += v;
       }

@@ -798,11 +798,10 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
   if (t == nullptr && r.ok() && acquires) {
     r.Missing("acquisition", "an [acquisition] table, for the acquire step");
   }
-  Reader a(
-      e, t, "acquisition.", t ? LineOf(*t) : 1,
-      {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
-       "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates",
-       "pool_sample"});
+  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
+           {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
+            "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates",
+            "pool_sample"});
   const std::vector<std::string> strategies = AllStrategyNames();
   std::string& strategy = c->acquisition.strategy;
   if (a.String("strategy", &strategy)) {

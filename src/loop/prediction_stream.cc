@@ -59,9 +59,8 @@ Result<std::unique_ptr<PredictionStream>> PredictionStream::Open(const std::stri
     want.push_back(static_cast<uint64_t>(classes));
     if (!leading_ok || (classes > 0 && h.shape.back() != static_cast<uint64_t>(classes))) {
       return Status::InvalidArgument(fmt::format(
-          "{}: expected float32 probabilities of shape {} (passes, rows, classes), got {} {}",
-          name, store::DimsToString(want), store::DtypeName(h.dtype),
-          store::DimsToString(h.shape)));
+          "{}: expected float32 probabilities of shape {} (passes, rows, classes), got {} {}", name,
+          store::DimsToString(want), store::DtypeName(h.dtype), store::DimsToString(h.shape)));
     }
   } else {
     if (!leading_ok || h.shape.back() < 2) {

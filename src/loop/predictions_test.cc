@@ -94,8 +94,7 @@ TEST(PredictionsTest, PoolSamplesStackEveryPassAsAMember) {
 }
 
 // Seeded probability rows of `shape`, (rows, classes) or (passes, rows, classes).
-void WriteRandomProbabilities(const std::string& path, std::vector<uint64_t> shape,
-                              uint64_t seed) {
+void WriteRandomProbabilities(const std::string& path, std::vector<uint64_t> shape, uint64_t seed) {
   store::HostArray a(store::Dtype::kFloat32, shape);
   const uint64_t classes = shape.back();
   float* p = a.as<float>();

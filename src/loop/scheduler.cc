@@ -350,8 +350,7 @@ Status Scheduler::SendNext(Slot& slot) {
                                 .tables = &config_->store,
                                 .classes = shape_.classes,
                                 .pool_sample = config_->acquisition.pool_sample,
-                                .pool_sample_seed =
-                                    PoolSampleSeed(config_->acquisition, round_)};
+                                .pool_sample_seed = PoolSampleSeed(config_->acquisition, round_)};
   json command = WorkerCommand(a.step, context);
   a.command_id = command["id"].get<std::string>();
   a.command_started = host_->Now();

@@ -36,8 +36,8 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
     BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table, &out.member.meta));
-    COHORT_ASSIGN_OR_RETURN(auto run, RunOver(out.member.net, pipeline, rows, out.member.meta,
-                                              device, with_labels));
+    COHORT_ASSIGN_OR_RETURN(
+        auto run, RunOver(out.member.net, pipeline, rows, out.member.meta, device, with_labels));
     out.outputs = run.first;
     out.labels = run.second;
     return std::move(out);
@@ -174,8 +174,7 @@ Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snaps
   }
   COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
   COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
-  store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count),
-                                                  rows.size(),
+  store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count), rows.size(),
                                                   static_cast<uint64_t>(meta.classes)});
   COHORT_RETURN_IF_ERROR(GuardTorch("member " + meta.member, [&]() -> Status {
     for (int64_t t = 0; t < passes.count; t++) {

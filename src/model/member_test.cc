@@ -251,8 +251,8 @@ TEST(MemberTest, PredictingChosenRowsGivesThoseRowsOfTheFullPrediction) {
   ASSERT_TRUE(Train(*snap, "train", MlpConfig(1, 9), dir + "/m.ckpt").ok());
   ASSERT_TRUE(Predict(dir + "/m.ckpt", *snap, "test", dir + "/full.npy").ok());
   const std::vector<uint64_t> rows = {2, 7, 9999};
-  auto r = Predict(dir + "/m.ckpt", *snap, "test", dir + "/some.npy", {},
-                   PredictOptions{.rows = rows});
+  auto r =
+      Predict(dir + "/m.ckpt", *snap, "test", dir + "/some.npy", {}, PredictOptions{.rows = rows});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->rows, 3U);
   auto full = *store::ReadNpyFile(dir + "/full.npy");

@@ -35,8 +35,8 @@
 
 #include "common/file_util.h"
 #include "common/json_text.h"
-#include "common/status.h"
 #include "common/row_sample.h"
+#include "common/status.h"
 #include "common/worker_protocol.h"
 #include "launch/device.h"
 #include "model/config_json.h"
