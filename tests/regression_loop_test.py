@@ -292,9 +292,12 @@ class PotentialExample(LoopCase):
         db.close()
         rmse = [r["test_rmse"] for r in rounds]
         self.assertEqual(len(rmse), 6)
+        # Falling round after round; a late round may wobble by a few percent, by how the
+        # CPU's kernels round (0.1375 -> 0.1401 on an AMD EPYC where an Intel host fell).
         for before, after in zip(rmse, rmse[1:]):
-            self.assertLess(after, before, rmse)
-        self.assertLess(rmse[-1], 0.5 * rmse[0], rmse)
+            self.assertLess(after, 1.05 * before, rmse)
+        self.assertLess(max(rmse[3:]), 0.5 * rmse[0], rmse)
+        self.assertLess(rmse[-1], 0.3 * rmse[0], rmse)
         # Every pick lay in the trust band [0.01, 5.0).
         self.assertEqual(len(picks), 5 * 25)
         self.assertTrue(all(0.01 <= s < 5.0 for s in picks), picks)
