@@ -31,6 +31,19 @@ Status PreadAll(int fd, void* out, size_t bytes, uint64_t offset, const std::str
   return Status::OK();
 }
 
+// How ValidatePredictions names the rows of a member's file: "m", or "m pass 3" per pass.
+std::vector<std::string> RowNames(const std::string& member, int64_t passes) {
+  std::vector<std::string> names;
+  if (passes == 0) {
+    if (!member.empty()) names.push_back(member);
+    return names;
+  }
+  for (int64_t t = 0; t < passes; t++) {
+    names.push_back((member.empty() ? std::string() : member + " ") + "pass " + std::to_string(t));
+  }
+  return names;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PredictionStream>> PredictionStream::Open(const std::string& path,
@@ -48,7 +61,7 @@ Result<std::unique_ptr<PredictionStream>> PredictionStream::Open(const std::stri
   COHORT_RETURN_IF_ERROR(PreadAll(s->fd_, head.data(), head.size(), 0, name));
   COHORT_ASSIGN_OR_RETURN(store::NpyHeader h,
                           store::ParseNpyHeaderOf(head, static_cast<uint64_t>(size), name));
-  // The messages of ReadMemberPredictions and ReadDropoutPasses, which read files whole.
+  // The same words for a 2-D file whether it is read whole or by blocks.
   std::vector<uint64_t> lead;  // the dimensions before the classes
   if (passes > 0) lead.push_back(static_cast<uint64_t>(passes));
   lead.push_back(rows);
@@ -103,15 +116,7 @@ Status CheckPredictionFile(const std::string& path, const std::string& name, uin
                           PredictionStream::Open(path, name, rows, expected_classes, passes));
   const int64_t width = stream->classes();
   const int64_t count = std::max<int64_t>(1, passes);
-  std::vector<std::string> names;
-  for (int64_t t = 0; t < count; t++) {
-    if (passes > 0) {
-      names.push_back((member.empty() ? std::string() : member + " ") + "pass " +
-                      std::to_string(t));
-    } else if (!member.empty()) {
-      names.push_back(member);
-    }
-  }
+  const std::vector<std::string> names = RowNames(member, passes);
   if (ids.size() != rows) ids = {};
   std::vector<float> block;
   for (uint64_t first = 0; first < rows; first += kPredictionBlockRows) {
@@ -124,6 +129,24 @@ Status CheckPredictionFile(const std::string& path, const std::string& name, uin
   }
   *classes = width;
   return Status::OK();
+}
+
+Result<std::vector<float>> ReadProbabilities(const std::string& path, const std::string& name,
+                                             uint64_t rows, int64_t expected_classes,
+                                             int64_t* classes, std::span<const uint64_t> ids,
+                                             const std::string& member, int64_t passes) {
+  COHORT_ASSIGN_OR_RETURN(auto stream,
+                          PredictionStream::Open(path, name, rows, expected_classes, passes));
+  const int64_t width = stream->classes();
+  const int64_t count = std::max<int64_t>(1, passes);
+  std::vector<float> values(static_cast<size_t>(count) * rows * static_cast<size_t>(width));
+  COHORT_RETURN_IF_ERROR(stream->Read(0, rows, values.data()));
+  EnsemblePredictions view{count, static_cast<int64_t>(rows), width, values.data()};
+  if (ids.size() != rows) ids = {};
+  Status valid = ValidatePredictions(view, RowNames(member, passes), ids);
+  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
+  *classes = width;
+  return values;
 }
 
 Result<std::vector<double>> StreamScores(const std::string& strategy,

@@ -59,6 +59,12 @@ Status CheckPredictionFile(const std::string& path, const std::string& name, uin
                            std::span<const uint64_t> ids = {}, const std::string& member = "",
                            int64_t passes = 0);
 
+// The same checks, reading the whole file into memory: [pass][row][class] values.
+Result<std::vector<float>> ReadProbabilities(const std::string& path, const std::string& name,
+                                             uint64_t rows, int64_t expected_classes,
+                                             int64_t* classes, std::span<const uint64_t> ids,
+                                             const std::string& member, int64_t passes);
+
 // Every pool sample's score by `strategy` (a per-sample strategy of AcquisitionStrategies),
 // from the members' files (a passes file counting as its passes), read and scored a block at
 // a time: the same scores as ScoreSamples over the stacked files.

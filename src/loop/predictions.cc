@@ -21,56 +21,15 @@ Result<std::vector<float>> ReadMemberPredictions(const std::string& path, const 
                                                  uint64_t rows, int64_t expected_classes,
                                                  int64_t* classes, std::span<const uint64_t> ids,
                                                  const std::string& member) {
-  auto array = store::ReadNpyFile(path);
-  if (!array.ok()) return array.status();
-  if (array->dtype != store::Dtype::kFloat32 || array->shape.size() != 2 ||
-      array->shape[0] != rows || array->shape[1] < 2) {
-    return Status::InvalidArgument(
-        fmt::format("{}: expected float32 probabilities of shape ({}, classes), got {} {}", name,
-                    rows, store::DtypeName(array->dtype), store::DimsToString(array->shape)));
-  }
-  auto width = static_cast<int64_t>(array->shape[1]);
-  if (expected_classes > 0 && width != expected_classes) {
-    return Status::InvalidArgument(
-        fmt::format("{}: {} classes where the run has {}", name, width, expected_classes));
-  }
-  std::vector<float> values(array->data.size() / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), array->data.data(), array->data.size());
-  auto view = MakeEnsemblePredictions(values, 1, static_cast<int64_t>(rows), width);
-  std::vector<std::string> names;
-  if (!member.empty()) names.push_back(member);
-  if (ids.size() != rows) ids = {};
-  Status valid = view.ok() ? ValidatePredictions(*view, names, ids) : view.status();
-  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
-  *classes = width;
-  return values;
+  return ReadProbabilities(path, name, rows, expected_classes, classes, ids, member, 0);
 }
 
 Result<std::vector<float>> ReadDropoutPasses(const std::string& path, const std::string& name,
                                              int64_t passes, uint64_t rows, int64_t classes,
                                              std::span<const uint64_t> ids,
                                              const std::string& member) {
-  auto array = store::ReadNpyFile(path);
-  if (!array.ok()) return array.status();
-  const std::vector<uint64_t> want{static_cast<uint64_t>(passes), rows,
-                                   static_cast<uint64_t>(classes)};
-  if (array->dtype != store::Dtype::kFloat32 || array->shape != want) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: expected float32 probabilities of shape {} (passes, rows, classes), got {} {}", name,
-        store::DimsToString(want), store::DtypeName(array->dtype),
-        store::DimsToString(array->shape)));
-  }
-  std::vector<float> values(array->data.size() / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), array->data.data(), array->data.size());
-  auto view = MakeEnsemblePredictions(values, passes, static_cast<int64_t>(rows), classes);
-  std::vector<std::string> names;
-  for (int64_t t = 0; t < passes; t++) {
-    names.push_back((member.empty() ? std::string() : member + " ") + "pass " + std::to_string(t));
-  }
-  if (ids.size() != rows) ids = {};
-  Status valid = view.ok() ? ValidatePredictions(*view, names, ids) : view.status();
-  if (!valid.ok()) return Status::InvalidArgument(name + ": " + valid.message());
-  return values;
+  int64_t width = 0;
+  return ReadProbabilities(path, name, rows, classes, &width, ids, member, passes);
 }
 
 Result<std::vector<float>> ReadRegressionMemberPredictions(
