@@ -132,7 +132,9 @@ class LoopCase(unittest.TestCase):
                                 stderr=subprocess.PIPE, text=True, env=env)
 
     def run_loop(self, config, expect=0, env=None, timeout=300):
-        proc = cohort("run", config, check=False, env=env, timeout=timeout)
+        # A wall-clock limit like the others: stretched under the sanitizers (TIME_SCALE),
+        # where a resumed three-member run took 280-300 s of the 300 on a loaded machine.
+        proc = cohort("run", config, check=False, env=env, timeout=timeout * TIME_SCALE)
         self.assertEqual(proc.returncode, expect, f"{proc.stdout}\n{proc.stderr}")
         self.assertNotIn("terminate called", proc.stderr)
         return proc
