@@ -72,9 +72,8 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
                                                                  stacked.samples, stacked.outputs));
     COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));
   } else if (batchbald) {
-    COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
-                                                               stacked.samples, stacked.classes));
-    COHORT_ASSIGN_OR_RETURN(scores, ScoreSamples(acquisition.StrategyOfRound(round), view));
+    // SelectBatchBald scores BALD itself; the journal keeps the picks' gains, set below.
+    scores.assign(rows, 0.0);
   } else {
     COHORT_ASSIGN_OR_RETURN(
         scores, StreamScores(acquisition.StrategyOfRound(round), samples_files, rows, c.classes));
