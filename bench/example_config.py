@@ -7,7 +7,9 @@ import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
-FMNIST = "/usr/share/datasets/fashion-mnist"
+# Debian's dataset-fashion-mnist; COHORT_FASHION_MNIST names another directory with the four
+# .gz IDX files (a GPU machine without Debian's packages: bench/gpu_check.sh --data).
+FMNIST = os.environ.get("COHORT_FASHION_MNIST") or "/usr/share/datasets/fashion-mnist"
 
 
 class BenchError(Exception):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# gpu_check.sh: build cohort against a CUDA-enabled PyTorch's libtorch and compare one
-# member's training throughput on the GPU and on the CPU (docs/benchmarks.md, "Training").
+# gpu_check.sh: build cohort against a CUDA-enabled PyTorch's libtorch, compare one member's
+# training throughput on the GPU (batches from the table's resident copy on the device, and
+# from the host) and on the CPU, then run the loop benchmark on the GPU (docs/benchmarks.md,
+# "Training" and "On a GPU").
 #
 # Needs: an NVIDIA GPU with a working driver (nvidia-smi), a python3 whose torch was built
 # with CUDA, cmake, ninja (or make), a C++20 compiler, and cohort's other build dependencies
@@ -13,8 +15,12 @@
 #
 # Usage: bench/gpu_check.sh [--data DIR] [--python PY] [--device cuda:0] [--epochs 3]
 #                           [--batch-size 256] [--threads N] [--build-dir DIR] [--work DIR]
-# Prints the throughput of `cohort train` on the GPU and on the CPU with the same settings, and
-# their ratio. It never asserts figures.
+#                           [--loop-settings short] [--members-per-device 1] [--no-loop]
+# Prints the throughput of `cohort train` on the GPU with resident and host-gathered batches
+# and on the CPU with the same settings, their ratios and whether the two GPU members predict
+# alike; then bench/loop_bench.py on the GPU, cohort against the seed's design in the same
+# PyTorch (needs the four Fashion-MNIST .gz IDX files in the data directory). It never asserts
+# figures.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +34,9 @@ build_dir="$repo/build-gpu"
 work=""
 bundle=""
 model="dense 256 relu, dropout 0.1, dense 10"
+loop=1
+loop_settings="short"
+members_per_device=1
 
 die() {  # the message may come in several arguments, joined by spaces
   echo "gpu_check: error: $*" >&2
@@ -49,6 +58,9 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir="${2:?}"; shift 2 ;;
     --work) work="${2:?}"; shift 2 ;;
     --deps-bundle) bundle="$(cd "${2:?--deps-bundle needs a directory}" && pwd)"; shift 2 ;;
+    --loop-settings) loop_settings="${2:?}"; shift 2 ;;
+    --members-per-device) members_per_device="${2:?}"; shift 2 ;;
+    --no-loop) loop=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -101,7 +113,7 @@ cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" -DCOHORT_BUILD_TESTS=OFF -DCOHORT_BUILD_BENCH=OFF \
   ${bundle:+-DCOHORT_DEPS_BUNDLE="$bundle"} ||
   die "cmake configure failed in $build_dir (see above)"
-if ! cmake --build "$build_dir" --target cohort -j "$(nproc)"; then
+if ! cmake --build "$build_dir" --target cohort cohort-member -j "$(nproc)"; then
   if [[ "$(field CXX11_ABI)" == 0 ]]; then
     die "building cohort failed; this torch uses the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0), so
 libraries from the system (fmt) may not link with it: use a PyTorch built with the C++11 ABI"
@@ -162,10 +174,9 @@ rm -rf "$store"
 echo "store: $store (60,000 rows)"
 
 # --- 4. Train one member on the GPU and on the CPU -------------------------------------------
-train() {  # $1 device; prints the JSON summary of `cohort train --json`
+train() {  # $1 device, $2 checkpoint name; prints the JSON summary of `cohort train --json`
   "$cohort" train --store "$store" --table train --model "$model" --epochs "$epochs" --seed 1 \
-    --batch-size "$batch" --threads "$threads" --device "$1" --out "$work/member-${1//:/_}.ckpt" \
-    --json
+    --batch-size "$batch" --threads "$threads" --device "$1" --out "$work/$2.ckpt" --json
 }
 report() {  # $1 label, $2 the JSON summary; prints samples/s and the per-step split (ms)
   "$python" - "$1" "$batch" "$2" <<'EOF'
@@ -190,11 +201,39 @@ echo "model \"$model\", batch $batch, $epochs epochs, Adam 1e-3, CPU threads $th
 "$cohort" train --store "$store" --table train --model "$model" --epochs 1 --seed 1 \
   --batch-size "$batch" --device "$device" --out "$work/warmup.ckpt" --json >/dev/null ||
   die "training on $device failed (see above)"
-gpu_json="$(train "$device")" || die "training on $device failed (see above)"
-cpu_json="$(train cpu)" || die "training on cpu failed (see above)"
-report "$device" "$gpu_json"
+gpu_json="$(COHORT_RESIDENT_DATA=on train "$device" gpu-resident)" ||
+  die "training on $device failed (see above)"
+host_json="$(COHORT_RESIDENT_DATA=off train "$device" gpu-host)" ||
+  die "training on $device with host batches failed (see above)"
+cpu_json="$(train cpu cpu)" || die "training on cpu failed (see above)"
+report "resident" "$gpu_json"
+report "host" "$host_json"
 report "cpu" "$cpu_json"
 gpu_sps="$(sps <<<"$gpu_json")"
+host_sps="$(sps <<<"$host_json")"
 cpu_sps="$(sps <<<"$cpu_json")"
-awk -v g="$gpu_sps" -v c="$cpu_sps" -v d="$device" \
-  'BEGIN { printf "ratio    %12.2fx (%s / cpu)\n", g / c, d }'
+awk -v g="$gpu_sps" -v h="$host_sps" -v c="$cpu_sps" -v d="$device" 'BEGIN {
+  printf "ratio    %12.2fx (%s resident / cpu), %.2fx (resident / host batches)\n", g / c, d, g / h }'
+
+# The two GPU members saw the same batches: their predictions of the training table agree.
+for name in gpu-resident gpu-host; do
+  "$cohort" predict --checkpoint "$work/$name.ckpt" --store "$store" --table train \
+    --device "$device" --out "$work/$name.npy" >/dev/null || die "predicting with $name failed"
+done
+"$python" - "$work/gpu-resident.npy" "$work/gpu-host.npy" <<'EOF'
+import sys
+import numpy as np
+a, b = (np.load(p) for p in sys.argv[1:3])
+print(f"resident vs host batches on the GPU: predictions of {a.shape[0]} rows differ by at most "
+      f"{float(np.abs(a - b).max()):.3g}, argmax agrees on {float((a.argmax(1) == b.argmax(1)).mean()):.4f}")
+EOF
+
+# --- 5. The loop benchmark on the GPU --------------------------------------------------------
+if [[ "$loop" == 1 ]]; then
+  echo
+  echo "loop benchmark on $device (settings $loop_settings, $members_per_device member(s) per device):"
+  COHORT_FASHION_MNIST="$data_dir" "$python" "$repo/bench/loop_bench.py" --cohort "$cohort" \
+    --devices "$device" --members-per-device "$members_per_device" --python "$python" \
+    --settings "$loop_settings" --make-store --store "$work/loop-store" \
+    --scratch "$work/loop-bench" || die "the loop benchmark failed (see above)"
+fi

@@ -15,12 +15,18 @@ example (examples/fashion-mnist/loop.toml: 8 members, 2 CPU devices, 1,000 label
 
   bench/loop_bench.py [--settings short,long] [--cohort BUILD/src/cli/cohort] [--scratch DIR]
   bench/loop_bench.py --quick     # smoke: a small store, 2 members, 2 rounds of 1 epoch
+  bench/loop_bench.py --devices cuda:0 --python PY --make-store   # on a GPU (bench/gpu_check.sh)
+
+--devices replaces the example's two CPU devices for both systems (--members-per-device sets
+how many members share one); --python names the interpreter with torch that runs the baseline;
+--make-store builds the example store at --store when it is missing.
 
 Figures are printed, never asserted. Run it on an otherwise idle machine.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -47,10 +53,17 @@ def fail(message):
     sys.exit(1)
 
 
-def derived_config(path, name, store, rounds, epochs, members, k):
+def derived_config(path, name, store, rounds, epochs, members, k, devices=None,
+                   members_per_device=None):
+    text = example_config.config_text(name, store, rounds, epochs=epochs, members=members, k=k)
+    if devices:
+        listed = ", ".join(f'"{d}"' for d in devices)
+        text = re.sub(r"^devices = .*$", f"devices = [{listed}]", text, count=1, flags=re.M)
+    if members_per_device:
+        text = re.sub(r"^members_per_device = \d+", f"members_per_device = {members_per_device}",
+                      text, count=1, flags=re.M)
     with open(path, "w") as f:
-        f.write(example_config.config_text(name, store, rounds, epochs=epochs, members=members,
-                                           k=k))
+        f.write(text)
 
 
 def seconds_between(a, b):
@@ -88,9 +101,9 @@ def cohort_figures(cohort, config, devices):
             "accuracy": rounds[-1][3], "nll": rounds[-1][4]}
 
 
-def baseline_figures(config, store, work, members, epochs):
+def baseline_figures(config, store, work, members, epochs, python=PYTHON):
     out = os.path.join(work, "baseline.json")
-    argv = [PYTHON, BASELINE, "--config", config, "--store", store, "--work", work,
+    argv = [python, BASELINE, "--config", config, "--store", store, "--work", work,
             "--json", out, "--quiet"]
     t0 = time.perf_counter()
     run(argv)
@@ -115,6 +128,12 @@ def main():
                     help="the example store (scripts/demo builds it)")
     ap.add_argument("--scratch", default=os.path.join(REPO, "build", "loop-bench"))
     ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    ap.add_argument("--devices", help="comma-separated devices for both systems, e.g. cuda:0 "
+                    "(default: the example's cpu:0,cpu:1)")
+    ap.add_argument("--members-per-device", type=int, help="members sharing one device")
+    ap.add_argument("--python", default=PYTHON, help="the interpreter with torch for the baseline")
+    ap.add_argument("--make-store", action="store_true",
+                    help="build the example store at --store when it is missing")
     a = ap.parse_args()
     cohort = os.path.abspath(a.cohort)
     if not os.access(cohort, os.X_OK):
@@ -132,9 +151,12 @@ def main():
             if s not in ("short", "long"):
                 fail(f"unknown setting '{s}' (short, long)")
         store = os.path.abspath(a.store)
+        if a.make_store:
+            build_store(cohort, store, 1000, 59000, 10000, reuse=True)
         if not os.path.exists(os.path.join(store, "CURRENT")):
-            fail(f"{store}: no store (run scripts/demo, or pass --store)")
-    devices = 2
+            fail(f"{store}: no store (run scripts/demo, or pass --store or --make-store)")
+    device_list = [d for d in (a.devices or "").split(",") if d]
+    devices = len(device_list) if device_list else 2
     rows = []
     for s in settings:
         rounds, epochs = SETTINGS[s]
@@ -142,11 +164,13 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         config = os.path.join(work, f"bench-{s}.toml")
-        derived_config(config, f"bench-{s}", store, rounds, epochs, members, k)
+        derived_config(config, f"bench-{s}", store, rounds, epochs, members, k, device_list,
+                       a.members_per_device)
         print(f"{PROG}: setting {s}: {rounds} rounds; cohort ...", file=sys.stderr, flush=True)
         c = cohort_figures(cohort, config, devices)
         print(f"{PROG}: setting {s}: baseline ...", file=sys.stderr, flush=True)
-        b = baseline_figures(config, store, os.path.join(work, "baseline"), members, epochs)
+        b = baseline_figures(config, store, os.path.join(work, "baseline"), members, epochs,
+                             a.python)
         for name, f in (("cohort", c), ("seed_baseline", b)):
             lower = f["compute"] / devices
             rows.append((s, name, f["loop"], f["loop"] / f["rounds"], lower,

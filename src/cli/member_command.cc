@@ -65,6 +65,7 @@ Status RunTrain(const MemberOptions& o) {
         {"seconds", r.seconds},
         {"samples_per_second", r.seconds > 0 ? static_cast<double>(r.samples) / r.seconds : 0},
         {"parameters", r.parameters},
+        {"resident_data", r.resident_data},
         {"step_times",
          {{"data", r.step_times.data},
           {"forward", r.step_times.forward},

@@ -35,9 +35,11 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_ASSIGN_OR_RETURN(out.member, LoadCheckpoint(checkpoint, device));
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
-    BatchPipeline pipeline(*table, with_labels, PassBatchRows(*table, &out.member.meta));
     COHORT_ASSIGN_OR_RETURN(
-        auto run, RunOver(out.member.net, pipeline, rows, out.member.meta, device, with_labels));
+        auto source, MakeBatchSource(snapshot.dir(), *table, out.member.meta, device, with_labels,
+                                     PassBatchRows(*table, &out.member.meta, device)));
+    COHORT_ASSIGN_OR_RETURN(auto run,
+                            RunOver(out.member.net, *source, rows, out.member.meta, with_labels));
     out.outputs = run.first;
     out.labels = run.second;
     return std::move(out);
@@ -177,11 +179,13 @@ Result<store::HostArray> DropoutPassProbabilities(Applied& a, const store::Snaps
   store::HostArray array(store::Dtype::kFloat32, {static_cast<uint64_t>(passes.count), rows.size(),
                                                   static_cast<uint64_t>(meta.classes)});
   COHORT_RETURN_IF_ERROR(GuardTorch("member " + meta.member, [&]() -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto source,
+                            MakeBatchSource(snapshot.dir(), *table, meta, device, false,
+                                            PassBatchRows(*table, &meta, device)));
     for (int64_t t = 0; t < passes.count; t++) {
       torch::manual_seed(passes.seed + static_cast<uint64_t>(t));
-      BatchPipeline pipeline(*table, false, PassBatchRows(*table, &meta));
-      COHORT_ASSIGN_OR_RETURN(
-          auto run, RunOver(a.member.net, pipeline, rows, meta, device, false, nullptr, true));
+      COHORT_ASSIGN_OR_RETURN(auto run,
+                              RunOver(a.member.net, *source, rows, meta, false, nullptr, true));
       torch::Tensor p = run.first.exp().to(torch::kFloat).contiguous();
       const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
       std::memcpy(array.data.data() + static_cast<size_t>(t) * bytes, p.data_ptr<float>(), bytes);

@@ -63,6 +63,9 @@ struct TrainResult {
   double seconds = 0;    // wall time of the training loop
   StepTimes step_times;
   int64_t parameters = 0;
+  // The batches were gathered on the device from a resident copy of the table
+  // (device_table.h), not on the host.
+  bool resident_data = false;
   std::string checkpoint;
 };
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "store/import.h"
@@ -65,7 +66,7 @@ const std::string& FashionStore() {
 // y = sin(x0) + 0.5 x1 with noise, x ~ U(-2, 2)^2: a small regression store.
 const std::string& RegressionStore() {
   static const std::string dir = [] {
-    std::string d = Scratch("regression") + "/store";
+    std::string d = Scratch("regression-store") + "/store";
     EXPECT_TRUE(store::InitStore(d).ok());
     auto txn = store::Transaction::Begin(d);
     std::mt19937_64 rng(3);
@@ -268,6 +269,78 @@ TEST(MemberTest, PredictingChosenRowsGivesThoseRowsOfTheFullPrediction) {
                         PredictOptions{.rows = std::vector<uint64_t>{1, 10000}});
   ASSERT_FALSE(beyond.ok());
   EXPECT_EQ(beyond.status().message(), "predict: row 10000 is beyond table test (10000 rows)");
+}
+
+// Sets COHORT_RESIDENT_DATA for one scope.
+class ResidentData {
+ public:
+  explicit ResidentData(const char* mode) { ::setenv("COHORT_RESIDENT_DATA", mode, 1); }
+  ~ResidentData() { ::unsetenv("COHORT_RESIDENT_DATA"); }
+  ResidentData(const ResidentData&) = delete;
+  ResidentData& operator=(const ResidentData&) = delete;
+};
+
+TEST(MemberTest, ResidentDataTrainsAndPredictsBitForBitLikeTheHostPipeline) {
+  std::string dir = Scratch("resident");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(2, 5);
+  c.validation_fraction = 0.1;
+  std::map<std::string, TrainResult> results;
+  std::map<std::string, std::vector<std::byte>> predictions;
+  for (const char* mode : {"off", "on"}) {
+    ResidentData env(mode);
+    const std::string ckpt = dir + "/" + mode + ".ckpt";
+    auto r = Train(*snap, "train", c, ckpt);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    results[mode] = *r;
+    predictions[mode] = PredictBytes(ckpt, dir + "/" + mode + ".npy");
+  }
+  EXPECT_FALSE(results["off"].resident_data);
+  EXPECT_TRUE(results["on"].resident_data);
+  ASSERT_EQ(results["off"].epochs.size(), results["on"].epochs.size());
+  for (size_t e = 0; e < results["on"].epochs.size(); e++) {
+    EXPECT_EQ(results["off"].epochs[e].train_loss, results["on"].epochs[e].train_loss);
+    EXPECT_EQ(results["off"].epochs[e].val_loss, results["on"].epochs[e].val_loss);
+  }
+  EXPECT_EQ(predictions["off"], predictions["on"]);
+  {
+    // Prediction through the resident copy gives the same bytes for the same checkpoint.
+    ResidentData env("on");
+    EXPECT_EQ(PredictBytes(dir + "/off.ckpt", dir + "/off-resident.npy"), predictions["off"]);
+  }
+  // An augmenting member gathers on the host, where its augmentations run.
+  c.augment.flip = true;
+  c.epochs = 1;
+  ResidentData env("on");
+  auto augmented = Train(*snap, "train", c, dir + "/flip.ckpt");
+  ASSERT_TRUE(augmented.ok()) << augmented.status().ToString();
+  EXPECT_FALSE(augmented->resident_data);
+  ::setenv("COHORT_RESIDENT_DATA", "yes", 1);
+  auto bad = Train(*snap, "train", c, dir + "/bad.ckpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("COHORT_RESIDENT_DATA='yes'"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(MemberTest, ResidentDataGivesTheSameRegressionMember) {
+  std::string dir = Scratch("resident-regression");
+  auto snap = Open(RegressionStore());
+  TrainConfig c;
+  c.member = "mse";
+  c.model = "dense 32 tanh, dense 1";
+  c.loss = "mse";  // its residual variance is a pass over the train rows
+  c.epochs = 3;
+  c.batch_size = 32;
+  c.standardize = true;
+  std::map<std::string, std::vector<std::byte>> out;
+  for (const char* mode : {"off", "on"}) {
+    ResidentData env(mode);
+    ASSERT_TRUE(Train(*snap, "train", c, dir + "/" + mode + ".ckpt").ok());
+    auto p = Predict(dir + "/" + mode + ".ckpt", *snap, "test", dir + "/" + mode + ".npy");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    out[mode] = store::ReadNpyFile(dir + "/" + mode + ".npy")->data;
+  }
+  EXPECT_EQ(out["off"], out["on"]);
 }
 
 TEST(MemberTest, WarmStartContinuesFromThePreviousCheckpoint) {

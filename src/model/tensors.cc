@@ -1,7 +1,9 @@
 #include "model/tensors.h"
 
 #include <algorithm>
+#include <cstdio>
 
+#include "model/device_table.h"
 #include "model/spec.h"
 
 namespace cohort::model {
@@ -12,6 +14,13 @@ std::vector<int64_t> WithBatch(int64_t batch, const std::vector<int64_t>& shape)
   out.insert(out.end(), shape.begin(), shape.end());
   return out;
 }
+
+// A host tensor on `device`: to a GPU through pinned memory, so the copy is a DMA that does
+// not hold the host thread (`t` may be a view of a buffer the caller reuses: pinning copies it).
+torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
+  if (device.is_cpu()) return t;
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
 }  // namespace
 
 std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
@@ -21,13 +30,13 @@ std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch&
   torch::Tensor x;
   if (meta.feature_dtype == "uint8") {
     // Bytes cross to a GPU as bytes (a quarter of the floats) and are converted there.
-    x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kUInt8)
-            .to(device)
+    x = ToDevice(torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kUInt8),
+                 device)
             .to(torch::kFloat)
             .mul_(meta.input_scale());
   } else {
-    x = torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kFloat);
-    if (device != torch::kCPU) x = x.to(device);
+    x = ToDevice(torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kFloat),
+                 device);
   }
   torch::Tensor y;
   if (batch.labels != nullptr) {
@@ -37,9 +46,121 @@ std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch&
     } else {
       y = torch::from_blob(labels, {batch.size, meta.target_size()}, torch::kFloat);
     }
-    if (device != torch::kCPU) y = y.to(device);
+    y = ToDevice(y, device);
   }
   return {x, y};
+}
+
+namespace {
+
+// Batches gathered on the host by a BatchPipeline.
+class PipelineSource : public BatchSource {
+ public:
+  PipelineSource(const store::Table& table, const MemberMeta& meta, const torch::Device& device,
+                 bool with_labels, int64_t batch_size, const AugmentConfig* augment)
+      : pipeline_(table, with_labels, batch_size), meta_(meta), device_(device) {
+    if (augment != nullptr) pipeline_.SetAugmentation(*augment);
+  }
+  void Start(std::vector<uint64_t> rows, uint64_t pass_seed) override {
+    pipeline_.Start(std::move(rows), pass_seed);
+  }
+  Result<std::optional<DeviceBatch>> Next() override {
+    COHORT_ASSIGN_OR_RETURN(auto batch, pipeline_.Next());
+    if (!batch) return std::optional<DeviceBatch>();
+    auto [x, y] = BatchTensors(*batch, meta_, device_);
+    return std::optional<DeviceBatch>(DeviceBatch{x, y, batch->size});
+  }
+  bool resident() const override { return false; }
+
+ private:
+  BatchPipeline pipeline_;
+  const MemberMeta meta_;
+  const torch::Device device_;
+};
+
+// Batches gathered on the device from the table's resident copy.
+class ResidentSource : public BatchSource {
+ public:
+  ResidentSource(ResidentView view, uint64_t table_rows, const MemberMeta& meta,
+                 const torch::Device& device, bool with_labels, int64_t batch_size)
+      : view_(std::move(view)),
+        table_rows_(table_rows),
+        meta_(meta),
+        device_(device),
+        with_labels_(with_labels && view_.labels.defined()),
+        batch_size_(std::max<int64_t>(batch_size, 1)) {}
+
+  void Start(std::vector<uint64_t> rows, uint64_t /*pass_seed*/) override {
+    status_ = Status::OK();
+    next_ = 0;
+    count_ = static_cast<int64_t>(rows.size());
+    for (uint64_t r : rows) {
+      if (r >= table_rows_) {
+        status_ = Status::InvalidArgument("row " + std::to_string(r) + " is out of range (size " +
+                                          std::to_string(table_rows_) + ")");
+        return;
+      }
+    }
+    // The pass's order crosses once; each batch's places in the copy are a slice of it.
+    std::vector<int64_t> order(rows.begin(), rows.end());
+    places_ = view_.live.index_select(0, torch::tensor(order, torch::kLong).to(device_));
+  }
+
+  Result<std::optional<DeviceBatch>> Next() override {
+    COHORT_RETURN_IF_ERROR(status_);
+    if (next_ >= count_) return std::optional<DeviceBatch>();
+    const int64_t n = std::min(batch_size_, count_ - next_);
+    torch::Tensor places = places_.narrow(0, next_, n);
+    next_ += n;
+    DeviceBatch batch;
+    batch.size = n;
+    batch.x = view_.features.index_select(0, places);
+    if (meta_.feature_dtype == "uint8") {
+      batch.x = batch.x.to(torch::kFloat).mul_(meta_.input_scale());
+    }
+    if (with_labels_) {
+      batch.y = view_.labels.index_select(0, places);
+      if (!meta_.classification()) batch.y = batch.y.reshape({n, meta_.target_size()});
+    }
+    return std::optional<DeviceBatch>(std::move(batch));
+  }
+  bool resident() const override { return true; }
+
+ private:
+  const ResidentView view_;
+  const uint64_t table_rows_;
+  const MemberMeta meta_;
+  const torch::Device device_;
+  const bool with_labels_;
+  const int64_t batch_size_;
+  Status status_;
+  torch::Tensor places_;
+  int64_t next_ = 0;
+  int64_t count_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BatchSource>> MakeBatchSource(const std::string& store_dir,
+                                                     const store::Table& table,
+                                                     const MemberMeta& meta,
+                                                     const torch::Device& device, bool with_labels,
+                                                     int64_t batch_size,
+                                                     const AugmentConfig* augment) {
+  COHORT_ASSIGN_OR_RETURN(ResidentMode mode, ResidentModeFromEnv());
+  const bool augments = augment != nullptr && augment->enabled();
+  if (UseResidentTable(mode, table, device, augments)) {
+    Result<ResidentView> view = ResidentTable(store_dir, table, device);
+    if (view.ok()) {
+      return std::unique_ptr<BatchSource>(std::make_unique<ResidentSource>(
+          std::move(*view), table.size(), meta, device, with_labels, batch_size));
+    }
+    // Out of device memory, most likely: the host path still works, only slower.
+    std::fprintf(stderr, "cohort: keeping table %s on %s failed (%s); batches come from the host\n",
+                 table.name().c_str(), device.str().c_str(), view.status().message().c_str());
+  }
+  return std::unique_ptr<BatchSource>(
+      std::make_unique<PipelineSource>(table, meta, device, with_labels, batch_size, augment));
 }
 
 LossFn::LossFn(const MemberMeta& meta, double label_smoothing)
@@ -64,9 +185,12 @@ torch::Tensor LossFn::operator()(const torch::Tensor& output, const torch::Tenso
   return (0.5 * (variance.log() + (target - mean).pow(2) / variance)).mean();
 }
 
-int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta) {
+int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta,
+                      const torch::Device& device) {
+  const bool gpu = !device.is_cpu();
   const size_t row_bytes = std::max<size_t>(table.schema().feature_row_bytes(), 1);
-  int64_t rows = std::clamp<int64_t>(static_cast<int64_t>((64u << 20) / row_bytes), 1, 1024);
+  int64_t rows =
+      std::clamp<int64_t>(static_cast<int64_t>((64u << 20) / row_bytes), 1, gpu ? 8192 : 1024);
   if (meta == nullptr) return rows;
   auto spec = ParseModelSpec(meta->model, meta->member);
   if (!spec.ok()) return rows;
@@ -78,8 +202,8 @@ int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta) {
     for (int64_t d : shape) elements *= std::max<int64_t>(d, 1);
     widest = std::max(widest, elements);
   }
-  constexpr int64_t kActivationBytes = int64_t{12} << 20;
-  int64_t by_activation = kActivationBytes / (widest * static_cast<int64_t>(sizeof(float)));
+  const int64_t activation_bytes = gpu ? int64_t{512} << 20 : int64_t{12} << 20;
+  int64_t by_activation = activation_bytes / (widest * static_cast<int64_t>(sizeof(float)));
   return std::clamp<int64_t>(std::min(rows, by_activation), std::min<int64_t>(rows, 16), rows);
 }
 
@@ -104,10 +228,11 @@ Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Tabl
   return std::make_pair(mean.to(torch::kFloat), var.sqrt().to(torch::kFloat));
 }
 
-Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(
-    Network& net, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
-    const MemberMeta& meta, const torch::Device& device, bool with_labels,
-    const std::atomic<bool>* cancel, bool sample_dropout) {
+Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSource& source,
+                                                        const std::vector<uint64_t>& rows,
+                                                        const MemberMeta& meta, bool with_labels,
+                                                        const std::atomic<bool>* cancel,
+                                                        bool sample_dropout) {
   torch::NoGradGuard no_grad;
   net->eval();
   if (sample_dropout) {
@@ -115,22 +240,23 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(
       if (auto* dropout = module->as<torch::nn::Dropout>()) dropout->train();
     }
   }
-  pipeline.Start(rows);
+  source.Start(rows);
   std::vector<torch::Tensor> outputs;
   std::vector<torch::Tensor> labels;
   for (;;) {
-    COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
+    COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    auto [x, y] = BatchTensors(*batch, meta, device);
-    torch::Tensor out = net->forward(x);
+    torch::Tensor out = net->forward(batch->x);
     if (meta.classification()) out = torch::log_softmax(out, 1);
-    outputs.push_back(out.to(torch::kCPU));
-    // The pipeline reuses its buffers: keep a copy of the labels.
-    if (with_labels && y.defined()) labels.push_back(y.to(torch::kCPU).clone());
+    outputs.push_back(out);
+    // A host pipeline reuses its buffers: keep a copy of the labels.
+    if (with_labels && batch->y.defined()) labels.push_back(batch->y.clone());
   }
-  torch::Tensor all_out = outputs.empty() ? torch::empty({0, meta.outputs}) : torch::cat(outputs);
-  torch::Tensor all_labels = labels.empty() ? torch::Tensor() : torch::cat(labels);
+  // Joined where they were computed, then one copy to the host.
+  torch::Tensor all_out =
+      outputs.empty() ? torch::empty({0, meta.outputs}) : torch::cat(outputs).to(torch::kCPU);
+  torch::Tensor all_labels = labels.empty() ? torch::Tensor() : torch::cat(labels).to(torch::kCPU);
   return std::make_pair(all_out, all_labels);
 }
 
@@ -142,21 +268,23 @@ int64_t DropoutLayerCount(Network& net) {
   return count;
 }
 
-Result<std::pair<double, double>> ValidationLoss(
-    Network& net, const LossFn& loss, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
-    const MemberMeta& meta, const torch::Device& device, const std::atomic<bool>* cancel) {
+Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& loss,
+                                                 BatchSource& source,
+                                                 const std::vector<uint64_t>& rows,
+                                                 const MemberMeta& meta,
+                                                 const std::atomic<bool>* cancel) {
   torch::NoGradGuard no_grad;
   net->eval();
-  pipeline.Start(rows);
+  source.Start(rows);
   double loss_sum = 0;
   double correct = 0;
   int64_t seen = 0;
   for (;;) {
-    COHORT_ASSIGN_OR_RETURN(auto batch, pipeline.Next());
+    COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    auto [x, y] = BatchTensors(*batch, meta, device);
-    torch::Tensor out = net->forward(x);
+    const torch::Tensor& y = batch->y;
+    torch::Tensor out = net->forward(batch->x);
     loss_sum += loss(out, y).item<double>() * static_cast<double>(batch->size);
     if (meta.classification()) correct += out.argmax(1).eq(y).sum().item<double>();
     seen += batch->size;
@@ -166,11 +294,10 @@ Result<std::pair<double, double>> ValidationLoss(
   return std::make_pair(loss_sum / n, correct / n);
 }
 
-Result<std::vector<double>> ResidualVariance(Network& net, const store::Table& table,
+Result<std::vector<double>> ResidualVariance(Network& net, BatchSource& source,
                                              const std::vector<uint64_t>& rows,
-                                             const MemberMeta& meta, const torch::Device& device) {
-  BatchPipeline pipeline(table, /*with_labels=*/true, PassBatchRows(table));
-  COHORT_ASSIGN_OR_RETURN(auto run, RunOver(net, pipeline, rows, meta, device, true));
+                                             const MemberMeta& meta) {
+  COHORT_ASSIGN_OR_RETURN(auto run, RunOver(net, source, rows, meta, true));
   torch::Tensor residual = run.second - run.first;
   torch::Tensor var = residual.pow(2).mean(0).to(torch::kDouble).clamp_min(1e-12);
   return std::vector<double>(var.data_ptr<double>(), var.data_ptr<double>() + var.numel());

@@ -8,6 +8,9 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "model/batch_pipeline.h"
 #include "model/network.h"
 #include "model/task.h"
+#include "model/train_config.h"
 
 namespace cohort::model {
 
@@ -25,6 +29,41 @@ namespace cohort::model {
 std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
                                                      const MemberMeta& meta,
                                                      const torch::Device& device);
+
+// One batch of a pass, on the pass's device: x float (B, *input_shape) scaled as
+// BatchTensors makes it, y as BatchTensors makes it (undefined without labels).
+struct DeviceBatch {
+  torch::Tensor x;
+  torch::Tensor y;
+  int64_t size = 0;
+};
+
+// Where the batches of a pass come from: gathered on the host by a BatchPipeline and copied to
+// the device (through pinned memory on a GPU), or gathered on the device from a resident copy
+// of the table (device_table.h). Both give the same rows in the same order and, on one device,
+// the same values.
+//
+// Thread-safety: one thread at a time, like BatchPipeline.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Begins a pass over `rows` (table row numbers); `pass_seed` draws its augmentations.
+  virtual void Start(std::vector<uint64_t> rows, uint64_t pass_seed = 0) = 0;
+  // The next batch; nullopt once the pass is over; InvalidArgument for a row out of range.
+  virtual Result<std::optional<DeviceBatch>> Next() = 0;
+  // Whether the batches come from a resident copy (for logs and tests).
+  virtual bool resident() const = 0;
+};
+
+// The source for passes over `table` (of the store at `store_dir`) on `device`: resident when
+// COHORT_RESIDENT_DATA allows it (device_table.h) and `augment` does not augment, and the copy
+// could be made; the host pipeline otherwise. An error only for a bad COHORT_RESIDENT_DATA.
+Result<std::unique_ptr<BatchSource>> MakeBatchSource(const std::string& store_dir,
+                                                     const store::Table& table,
+                                                     const MemberMeta& meta,
+                                                     const torch::Device& device, bool with_labels,
+                                                     int64_t batch_size,
+                                                     const AugmentConfig* augment = nullptr);
 
 // The training loss of a member's task, averaged over the batch.
 class LossFn {
@@ -47,35 +86,42 @@ std::pair<torch::Tensor, torch::Tensor> GaussianHead(const torch::Tensor& output
 // a pass over a 28x28 image table with a 32-filter convolution runs 2.3x faster at 128 rows
 // than at 1024 on one core (docs/benchmarks.md, "The loop"), because the activations then
 // stay in cache.
-int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta = nullptr);
+// On a GPU the batches are larger (up to 8192 rows, activations near 512 MiB): a GPU needs
+// wide batches to be busy, and has the memory.
+int64_t PassBatchRows(const store::Table& table, const MemberMeta* meta = nullptr,
+                      const torch::Device& device = torch::kCPU);
 
 // Per-feature mean and standard deviation (shape input_shape) of `rows`, after scaling.
 Result<std::pair<torch::Tensor, torch::Tensor>> FeatureMoments(const store::Table& table,
                                                                const std::vector<uint64_t>& rows,
                                                                const MemberMeta& meta);
 
-// Runs the network in evaluation mode over `rows` of `pipeline`'s table and returns the
-// concatenated outputs on the CPU: log-probabilities (n, classes) for classification (exact
-// NLL even for confident mistakes), raw outputs (n, outputs) otherwise; plus the labels
-// (n,) / (n, targets) when `with_labels`. Aborted when `cancel` is set. With `sample_dropout`
-// the dropout layers stay in training mode (MC dropout), drawing from libtorch's generator.
-Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(
-    Network& net, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
-    const MemberMeta& meta, const torch::Device& device, bool with_labels,
-    const std::atomic<bool>* cancel = nullptr, bool sample_dropout = false);
+// Runs the network in evaluation mode over `rows` of `source`'s table and returns the
+// concatenated outputs on the CPU (gathered on the device and copied once): log-probabilities (n,
+// classes) for classification (exact NLL even for confident mistakes), raw outputs (n, outputs)
+// otherwise; plus the labels (n,) / (n, targets) when `with_labels`. Aborted when `cancel` is set.
+// With `sample_dropout` the dropout layers stay in training mode (MC dropout), drawing from
+// libtorch's generator.
+Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSource& source,
+                                                        const std::vector<uint64_t>& rows,
+                                                        const MemberMeta& meta, bool with_labels,
+                                                        const std::atomic<bool>* cancel = nullptr,
+                                                        bool sample_dropout = false);
 
 // The number of dropout layers in `net`.
 int64_t DropoutLayerCount(Network& net);
 
 // Mean loss and (classification) accuracy of `net` on `rows`.
-Result<std::pair<double, double>> ValidationLoss(
-    Network& net, const LossFn& loss, BatchPipeline& pipeline, const std::vector<uint64_t>& rows,
-    const MemberMeta& meta, const torch::Device& device, const std::atomic<bool>* cancel);
+Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& loss,
+                                                 BatchSource& source,
+                                                 const std::vector<uint64_t>& rows,
+                                                 const MemberMeta& meta,
+                                                 const std::atomic<bool>* cancel);
 
 // Per-target variance of the residuals y - f(x) over `rows` (the MSE member's noise level).
-Result<std::vector<double>> ResidualVariance(Network& net, const store::Table& table,
+Result<std::vector<double>> ResidualVariance(Network& net, BatchSource& source,
                                              const std::vector<uint64_t>& rows,
-                                             const MemberMeta& meta, const torch::Device& device);
+                                             const MemberMeta& meta);
 
 // Regression mean and variance (n, targets) each, from raw outputs and the member's meta.
 std::pair<torch::Tensor, torch::Tensor> RegressionMoments(const torch::Tensor& raw,

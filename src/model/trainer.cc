@@ -214,21 +214,25 @@ class TrainingRun {
         progress_interval_s_(progress_interval_s),
         cancel_(cancel),
         loss_fn_(plan.meta, config.label_smoothing),
-        pipeline_(*plan.table, /*with_labels=*/true, config.batch_size),
         steps_(StepsPerEpoch(plan.spec, rows.train.size(), config.batch_size)),
         // On a GPU, reading the loss every step would wait for the device: the loss is summed
         // on the device and read (and checked for NaN) when progress is reported and per
         // epoch.
-        read_loss_each_step_(plan.device.is_cpu()) {
-    pipeline_.SetAugmentation(config.augment);
-    if (!rows_.validation.empty()) {
-      val_pipeline_ = std::make_unique<BatchPipeline>(*plan.table, /*with_labels=*/true,
-                                                      PassBatchRows(*plan.table, &plan.meta));
-    }
-  }
+        read_loss_each_step_(plan.device.is_cpu()) {}
 
-  // Moves the network to the device and makes its optimizer (with the warm start's state).
-  Status Start() {
+  // Moves the network to the device, makes its optimizer (with the warm start's state) and
+  // the batch sources.
+  Status Start(const std::string& store_dir) {
+    COHORT_ASSIGN_OR_RETURN(
+        source_, MakeBatchSource(store_dir, *plan_.table, plan_.meta, plan_.device,
+                                 /*with_labels=*/true, config_.batch_size, &config_.augment));
+    const int64_t pass_rows = PassBatchRows(*plan_.table, &plan_.meta, plan_.device);
+    if (!rows_.validation.empty() || plan_.meta.loss == "mse") {
+      COHORT_ASSIGN_OR_RETURN(pass_source_,
+                              MakeBatchSource(store_dir, *plan_.table, plan_.meta, plan_.device,
+                                              /*with_labels=*/true, pass_rows));
+    }
+    result_.resident_data = source_->resident();
     net_->to(plan_.device);
     optimizer_ = MakeOptimizer(config_.optimizer, net_->parameters());
     if (!config_.warm_start_from.empty()) {
@@ -276,9 +280,8 @@ class TrainingRun {
                                       const std::string& checkpoint_path) {
     MemberMeta meta = plan_.meta;
     if (meta.loss == "mse") {
-      COHORT_ASSIGN_OR_RETURN(
-          meta.residual_variance,
-          ResidualVariance(net_, *plan_.table, rows_.train, meta, plan_.device));
+      COHORT_ASSIGN_OR_RETURN(meta.residual_variance,
+                              ResidualVariance(net_, *pass_source_, rows_.train, meta));
     }
     meta.training = {{"store", snapshot.dir()},
                      {"generation", snapshot.generation()},
@@ -309,13 +312,13 @@ class TrainingRun {
     const auto epoch_start = Clock::now();
     auto last_report = epoch_start;
     net_->train();
-    pipeline_.Start(Shuffled(rows_.train, rng), AugmentPassSeed(config_.seed, epoch));
+    source_->Start(Shuffled(rows_.train, rng), AugmentPassSeed(config_.seed, epoch));
     EpochLoss loss;
     loss.device_sum = torch::zeros({}, torch::TensorOptions().device(plan_.device));
     double lr = 0;
     for (int64_t step = 1;; step++) {
       auto t0 = Clock::now();
-      COHORT_ASSIGN_OR_RETURN(auto batch, pipeline_.Next());
+      COHORT_ASSIGN_OR_RETURN(auto batch, source_->Next());
       if (!batch) break;
       if (Cancelled()) return Status::Aborted("member " + config_.member + ": cancelled");
       if (step > steps_) continue;  // the single-sample batch batchnorm cannot use
@@ -349,9 +352,10 @@ class TrainingRun {
   }
 
   // One optimizer step on `batch` at learning rate `lr`; `t0` is when fetching it began.
-  Status Step(const BatchPipeline::Batch& batch, double lr, int64_t epoch, int64_t step,
+  Status Step(const DeviceBatch& batch, double lr, int64_t epoch, int64_t step,
               Clock::time_point t0, EpochLoss* loss_so_far) {
-    auto [x, y] = BatchTensors(batch, plan_.meta, plan_.device);
+    const torch::Tensor& x = batch.x;
+    const torch::Tensor& y = batch.y;
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     auto t1 = Clock::now();
     torch::Tensor loss = loss_fn_(net_->forward(x), y);
@@ -386,9 +390,8 @@ class TrainingRun {
       result_.best_epoch = epoch;
       return Status::OK();
     }
-    COHORT_ASSIGN_OR_RETURN(
-        auto val, ValidationLoss(net_, loss_fn_, *val_pipeline_, rows_.validation, plan_.meta,
-                                 plan_.device, cancel_));
+    COHORT_ASSIGN_OR_RETURN(auto val, ValidationLoss(net_, loss_fn_, *pass_source_,
+                                                     rows_.validation, plan_.meta, cancel_));
     m->val_loss = val.first;
     if (plan_.meta.classification()) m->val_accuracy = val.second;
     if (val.first < best_val_) {
@@ -433,8 +436,8 @@ class TrainingRun {
   const double progress_interval_s_;
   const std::atomic<bool>* const cancel_;
   LossFn loss_fn_;
-  BatchPipeline pipeline_;
-  std::unique_ptr<BatchPipeline> val_pipeline_;
+  std::unique_ptr<BatchSource> source_;       // the training batches
+  std::unique_ptr<BatchSource> pass_source_;  // validation and the residual variance
   const int64_t steps_;
   const bool read_loss_each_step_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -462,7 +465,7 @@ Result<TrainResult> Train(const store::Snapshot& snapshot, const std::string& ta
     COHORT_ASSIGN_OR_RETURN(const Rows rows, HoldOutValidationRows(*plan.table, config, rng));
     COHORT_ASSIGN_OR_RETURN(Network net, BuildNetwork(plan, rows, config));
     TrainingRun run(config, plan, rows, std::move(net), progress, progress_interval_s, cancel);
-    COHORT_RETURN_IF_ERROR(run.Start());
+    COHORT_RETURN_IF_ERROR(run.Start(snapshot.dir()));
     COHORT_RETURN_IF_ERROR(run.RunEpochs(rng));
     run.RestoreBestEpoch();
     return run.WriteCheckpoint(snapshot, table_name, checkpoint_path);

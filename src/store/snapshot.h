@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -51,6 +52,25 @@ class Table {
   }
   // The row ref (segment << 32 | row) stored for live row `row`.
   uint64_t ref(uint64_t row) const;
+
+  // The segments the table's rows live in. A segment's bytes never change once written (a
+  // relabel writes a new one), so its id names the same rows for the life of the store: a
+  // copy of a segment kept elsewhere (on a GPU) stays valid across generations.
+  struct Segment {
+    uint64_t id = 0;
+    uint64_t rows = 0;  // rows stored, live or not
+    const std::byte* features = nullptr;
+    const std::byte* labels = nullptr;  // nullptr for tables without labels
+  };
+  size_t segment_count() const { return segs_.size(); }
+  Segment segment(size_t i) const {
+    const Seg& s = segs_[i];
+    return {s.id, s.rows, s.x, s.y};
+  }
+  // Live row `row` as (index into the segments, row within that segment).
+  std::pair<size_t, uint64_t> location(uint64_t row) const {
+    return {locs_[row].seg, locs_[row].row};
+  }
 
   // Copies the features (labels) of `rows` into `dst`, rows.size() * row-bytes long, in order.
   // InvalidArgument if a row is out of range (nothing useful is written then).

@@ -415,6 +415,7 @@ class Worker {
     done["best_epoch"] = r.best_epoch;
     done["stopped_early"] = r.stopped_early;
     done["parameters"] = r.parameters;
+    done["resident_data"] = r.resident_data;
     done["step_times"] = {{"data", r.step_times.data},
                           {"forward", r.step_times.forward},
                           {"backward", r.step_times.backward},
