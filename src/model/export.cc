@@ -2,7 +2,10 @@
 // (`cohort export`; python/cohort_ensemble.py is the reader).
 #include <fmt/format.h>
 
+#include <torch/version.h>
+
 #include <filesystem>
+#include <variant>
 
 #include "model/checkpoint.h"
 #include "model/member.h"
@@ -12,6 +15,17 @@
 namespace cohort::model {
 
 namespace {
+
+// libtorch's option variants: c10::variant up to 2.0, std::variant since (c10::get_if is gone
+// in 2.x releases, e.g. the CUDA PyTorch 2.11 of the GPU check).
+template <typename T, typename V>
+const T* VariantGetIf(const V* v) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  return std::get_if<T>(v);
+#else
+  return c10::get_if<T>(v);
+#endif
+}
 
 using nlohmann::json;
 
@@ -48,7 +62,7 @@ Result<json> LayerStep(const std::string& dir, int index,
     step["weight"] = w;
     step["bias"] = b;
     step["stride"] = (*c->options.stride())[0];
-    const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&c->options.padding());
+    const auto* padding = VariantGetIf<torch::ExpandingArray<2>>(&c->options.padding());
     step["padding"] = padding != nullptr ? (**padding)[0] : 0;
   } else if (auto* mp = m->as<torch::nn::MaxPool2d>()) {
     step["op"] = "maxpool";
