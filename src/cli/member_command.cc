@@ -25,6 +25,7 @@ struct MemberOptions {
   std::string table;
   std::optional<uint64_t> generation;
   std::string out;
+  std::string precision;  // predict --precision; empty: the member's
   std::string checkpoint;
   bool json = false;
   model::TrainConfig config;
@@ -110,8 +111,10 @@ Status RunEval(const MemberOptions& o) {
 
 Status RunPredict(const MemberOptions& o) {
   COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(o.store, o.generation));
-  COHORT_ASSIGN_OR_RETURN(auto r,
-                          model::Predict(o.checkpoint, *snap, o.table, o.out, o.config.device));
+  model::PredictOptions options;
+  options.precision = o.precision;
+  COHORT_ASSIGN_OR_RETURN(
+      auto r, model::Predict(o.checkpoint, *snap, o.table, o.out, o.config.device, options));
   std::string shape;
   for (int64_t d : r.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
   fmt::print("wrote {} ({} rows of {}, shape ({}))\n", r.path, r.rows, o.table, shape);
@@ -164,6 +167,7 @@ void AddMemberCommands(CLI::App& app, std::function<Status()>* run) {
                     "Hold out this fraction for validation and early stopping");
   train->add_option("--patience", c.patience, "Early stopping patience in epochs (0: off)");
   train->add_option("--warm-start", c.warm_start_from, "Continue from this checkpoint");
+  train->add_option("--precision", c.precision, "fp32 or bf16 (dense and convolution layers)");
   train->add_flag("--json", o->json, "Print the training summary as JSON");
   AddDeviceOptions(train, o.get());
   train->callback([o, run] { *run = [o] { return RunTrain(*o); }; });
@@ -180,6 +184,8 @@ void AddMemberCommands(CLI::App& app, std::function<Status()>* run) {
   AddSnapshotOptions(predict, o.get(), "pool");
   predict->add_option("--checkpoint", o->checkpoint, "Checkpoint")->required();
   predict->add_option("--out,-o", o->out, "Output .npy")->required();
+  predict->add_option("--precision", o->precision,
+                      "fp32 or bf16 (default: the precision the member trained in)");
   AddDeviceOptions(predict, o.get());
   predict->callback([o, run] { *run = [o] { return RunPredict(*o); }; });
 

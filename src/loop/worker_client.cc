@@ -80,6 +80,9 @@ json WorkerCommand(WorkerStep step, const AttemptCommandContext& c) {
                            : train ? protocol::file::kTrainPredictions
                                    : protocol::file::kTestPredictions);
       command["id"] = prefix + (pool ? "/pool" : train ? "/train" : "/test");
+      if (pool && c.member->train.pool_precision != "auto") {
+        command["precision"] = c.member->train.pool_precision;
+      }
       if (pool && c.pool_sample > 0) {
         command["sample_rows"] = c.pool_sample;
         command["sample_seed"] = c.pool_sample_seed;

@@ -27,13 +27,15 @@ struct Applied {
 
 Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snapshot,
                       const std::string& table_name, const DeviceConfig& device_config,
-                      bool with_labels, const std::vector<uint64_t>& rows) {
+                      bool with_labels, const std::vector<uint64_t>& rows,
+                      const std::string& precision = "") {
   COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
   COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
   at::set_num_threads(std::max(device_config.threads, 1));
   Applied out;
   COHORT_ASSIGN_OR_RETURN(out.member, LoadCheckpoint(checkpoint, device));
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
+  if (!precision.empty()) out.member.meta.precision = precision;
   return GuardTorch("member " + out.member.meta.member, [&]() -> Result<Applied> {
     COHORT_ASSIGN_OR_RETURN(
         auto source, MakeBatchSource(snapshot.dir(), *table, out.member.meta, device, with_labels,
@@ -210,7 +212,12 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
                                      table + " (" + std::to_string(t->size()) + " rows)");
     }
   }
-  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false, rows));
+  if (!options.precision.empty() && options.precision != "fp32" && options.precision != "bf16") {
+    return Status::InvalidArgument("predict: unknown precision '" + options.precision +
+                                   "' (fp32, bf16)");
+  }
+  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false, rows,
+                                           options.precision));
   const MemberMeta& meta = a.member.meta;
   store::HostArray array;
   PredictResult result;

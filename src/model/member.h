@@ -105,6 +105,8 @@ struct PredictOptions {
   // Only these rows of the table, in this order (acquisition.pool_sample); unset: every row.
   std::optional<std::vector<uint64_t>> rows;
   DropoutPasses dropout;
+  // "fp32" or "bf16" (TrainConfig::precision); empty: the precision the member trained in.
+  std::string precision;
 };
 
 // Writes per-sample outputs for every row of `table` (or options.rows), in table order, as a

@@ -602,6 +602,65 @@ TEST(MemberTest, ImageLayersAfterShapePreservingLayersSeeOneChannel) {
   EXPECT_EQ(r->parameters, 2 * 28 * 28 + (1 * 4 * 9 + 4) + (4 * 13 * 13 * 10 + 10));
 }
 
+TEST(MemberTest, Bf16MembersComputeInBfloat16AndLearnAsWell) {
+  std::string dir = Scratch("bf16");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(3, 1);
+  ASSERT_TRUE(Train(*snap, "train", c, dir + "/fp32.ckpt").ok());
+  c.precision = "bf16";
+  for (const char* name : {"bf16", "bf16-again"}) {
+    auto r = Train(*snap, "train", c, dir + "/" + name + ".ckpt");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  auto fp32 = Evaluate(dir + "/fp32.ckpt", *snap, "test");
+  auto bf16 = Evaluate(dir + "/bf16.ckpt", *snap, "test");
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  std::printf("test accuracy fp32 %.4f bf16 %.4f\n", fp32->at("accuracy"), bf16->at("accuracy"));
+  EXPECT_GT(bf16->at("accuracy"), fp32->at("accuracy") - 0.03);
+  // The checkpoint remembers the precision, and the member predicts in it by default.
+  auto described = DescribeCheckpoint(dir + "/bf16.ckpt");
+  ASSERT_TRUE(described.ok());
+  EXPECT_NE(described->find("\"precision\": \"bf16\""), std::string::npos);
+  auto own = PredictBytes(dir + "/bf16.ckpt", dir + "/own.npy");
+  EXPECT_EQ(own, PredictBytes(dir + "/bf16-again.ckpt", dir + "/again.npy"))
+      << "bf16 training is as deterministic as fp32";
+  PredictOptions as_fp32;
+  as_fp32.precision = "fp32";
+  ASSERT_TRUE(Predict(dir + "/bf16.ckpt", *snap, "test", dir + "/as-fp32.npy", {}, as_fp32).ok());
+  auto a = *store::ReadNpyFile(dir + "/own.npy");
+  auto b = *store::ReadNpyFile(dir + "/as-fp32.npy");
+  ASSERT_EQ(a.shape, b.shape);
+  // bfloat16 keeps 8 bits of mantissa: the probabilities move, the predicted classes barely.
+  double max_diff = 0;
+  int agree = 0;
+  for (uint64_t i = 0; i < 10000; i++) {
+    const float* p = a.as<float>() + i * 10;
+    const float* q = b.as<float>() + i * 10;
+    for (int k = 0; k < 10; k++) max_diff = std::max(max_diff, double(std::fabs(p[k] - q[k])));
+    agree += std::max_element(p, p + 10) - p == std::max_element(q, q + 10) - q;
+  }
+  EXPECT_GT(max_diff, 0.0) << "bf16 predictions equal fp32 ones: bf16 was not used";
+  EXPECT_LT(max_diff, 0.2);
+  EXPECT_GT(agree, 9700);
+  // A member with batch normalisation and convolutions trains in bf16 too.
+  c.model = "conv2d 8 3 1 1 relu, batchnorm, maxpool 2, flatten, dense 10";
+  c.epochs = 1;
+  auto cnn = Train(*snap, "train", c, dir + "/cnn.ckpt");
+  ASSERT_TRUE(cnn.ok()) << cnn.status().ToString();
+  auto m = Evaluate(dir + "/cnn.ckpt", *snap, "test");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_GT(m->at("accuracy"), 0.6);
+  // What is not a precision is refused, naming the field.
+  c.precision = "fp16";
+  auto bad = Train(*snap, "train", c, dir + "/bad.ckpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "member mlp: precision: unknown precision 'fp16' (fp32, bf16)");
+  as_fp32.precision = "fp8";
+  auto bad_predict = Predict(dir + "/bf16.ckpt", *snap, "test", dir + "/bad.npy", {}, as_fp32);
+  ASSERT_FALSE(bad_predict.ok());
+  EXPECT_EQ(bad_predict.status().message(), "predict: unknown precision 'fp8' (fp32, bf16)");
+}
+
 TEST(MemberTest, BatchnormSkipsASingleSampleLastBatch) {
   std::string dir = Scratch("batchnorm");
   auto snap = Open(FashionStore());

@@ -46,6 +46,7 @@ json MemberMeta::ToJson() const {
           {"classes", classes},
           {"outputs", outputs},
           {"standardize", standardize},
+          {"precision", precision},
           {"residual_variance", residual_variance},
           {"training", training}};
 }
@@ -71,6 +72,11 @@ Result<MemberMeta> MemberMeta::FromJson(const json& j, const std::string& path) 
     m.classes = JsonInt(j.at("classes"), 0);
     m.outputs = JsonInt(j.at("outputs"), 0);
     m.standardize = j.at("standardize").get<bool>();
+    // Checkpoints written before the setting existed trained in fp32.
+    m.precision = j.value("precision", std::string("fp32"));
+    if (m.precision != "fp32" && m.precision != "bf16") {
+      return Status::Corruption(path + ": unknown precision '" + m.precision + "'");
+    }
     m.residual_variance = j.at("residual_variance").get<std::vector<double>>();
     m.training = j.value("training", json::object());
   } catch (const json::exception& e) {
@@ -86,6 +92,7 @@ Result<MemberMeta> DescribeTask(const store::Table& table, const TrainConfig& co
   m.member = config.member;
   m.model = config.model;
   m.standardize = config.standardize;
+  m.precision = config.precision;
   m.feature_dtype = store::DtypeName(schema.feature_dtype);
   m.input_shape = ToInt64(schema.feature_shape);
   if (schema.label_kind == store::LabelKind::kNone) {

@@ -31,6 +31,7 @@ struct MemberMeta {
   int64_t classes = 0;                    // classification
   int64_t outputs = 0;                    // width of the network's last layer
   bool standardize = false;               // inputs standardised with stored statistics
+  std::string precision = "fp32";         // fp32 | bf16 (TrainConfig::precision)
   std::vector<double> residual_variance;  // mse: per target value, from the training data
   nlohmann::json training = nlohmann::json::object();  // summary of the run that wrote it
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "model/device_table.h"
+#include "model/precision.h"
 #include "model/spec.h"
 
 namespace cohort::model {
@@ -243,11 +244,13 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSourc
   source.Start(rows);
   std::vector<torch::Tensor> outputs;
   std::vector<torch::Tensor> labels;
+  std::optional<PrecisionScope> precision;  // opened on the device of the first batch
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    torch::Tensor out = net->forward(batch->x);
+    if (!precision) precision.emplace(batch->x.device(), meta.precision);
+    torch::Tensor out = net->forward(batch->x).to(torch::kFloat);
     if (meta.classification()) out = torch::log_softmax(out, 1);
     outputs.push_back(out);
     // A host pipeline reuses its buffers: keep a copy of the labels.
@@ -284,7 +287,11 @@ Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& los
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
     const torch::Tensor& y = batch->y;
-    torch::Tensor out = net->forward(batch->x);
+    torch::Tensor out;
+    {
+      PrecisionScope scope(batch->x.device(), meta.precision);
+      out = net->forward(batch->x).to(torch::kFloat);
+    }
     loss_sum += loss(out, y).item<double>() * static_cast<double>(batch->size);
     if (meta.classification()) correct += out.argmax(1).eq(y).sum().item<double>();
     seen += batch->size;

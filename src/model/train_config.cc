@@ -126,6 +126,12 @@ std::vector<TrainConfigField> MakeFields() {
       Field<&TrainConfig::augment, &AugmentConfig::erase>(
           "augment.erase", Fraction(),
           "image members: erase a random rectangle of each training image with this probability"),
+      Field<&TrainConfig::precision>(
+          "precision", OneOf("precision", {"fp32", "bf16"}),
+          "fp32, or bf16: dense and convolution layers in bfloat16 (training and prediction)"),
+      Field<&TrainConfig::pool_precision>(
+          "pool_precision", OneOf("pool precision", {"auto", "fp32", "bf16"}),
+          "the pool predictions' precision (auto: the member's precision)"),
       Field<&TrainConfig::device, &DeviceConfig::device>("device.device", "cpu, cuda or cuda:N"),
       Field<&TrainConfig::device, &DeviceConfig::threads>("device.threads", AtLeast(1),
                                                           "intra-op threads on CPU"),

@@ -71,6 +71,12 @@ struct TrainConfig {
   // initialisation (the member's previous round). Empty: fresh.
   std::string warm_start_from;
   AugmentConfig augment;
+  // fp32, or bf16: the dense and convolution layers compute in bfloat16 (autocast: weights,
+  // optimizer state and loss stay float32), in training and in the member's predictions.
+  std::string precision = "fp32";
+  // The precision of the member's pool predictions (acquisition's input): auto is the
+  // member's precision; bf16 scores the pool in bfloat16 while training in fp32.
+  std::string pool_precision = "auto";
   DeviceConfig device;
 };
 

@@ -14,6 +14,7 @@
 #include "model/member.h"
 #include "model/network.h"
 #include "model/task.h"
+#include "model/precision.h"
 #include "model/tensors.h"
 
 namespace cohort::model {
@@ -358,7 +359,12 @@ class TrainingRun {
     const torch::Tensor& y = batch.y;
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     auto t1 = Clock::now();
-    torch::Tensor loss = loss_fn_(net_->forward(x), y);
+    torch::Tensor loss;
+    {
+      // The forward pass in the member's precision; the loss and the backward pass in float32.
+      PrecisionScope scope(plan_.device, plan_.meta.precision);
+      loss = loss_fn_(net_->forward(x).to(torch::kFloat), y);
+    }
     auto t2 = Clock::now();
     optimizer_->zero_grad();
     loss.backward();

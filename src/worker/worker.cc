@@ -447,6 +447,8 @@ class Worker {
     COHORT_ASSIGN_OR_RETURN(auto snapshot, Open(f));
     model::PredictOptions options;
     options.dropout = passes;
+    // "precision": fp32 or bf16 for this pass (pool_precision); absent: the member's own.
+    COHORT_ASSIGN_OR_RETURN(options.precision, f.String("precision", std::string()));
     // acquisition.pool_sample: "sample_rows" rows of the table drawn from "sample_seed".
     if (cmd.contains("sample_rows")) {
       COHORT_ASSIGN_OR_RETURN(uint64_t sample, f.Unsigned("sample_rows", 0));
