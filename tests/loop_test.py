@@ -693,6 +693,51 @@ class PoolSample(LoopCase):
         self.assertIn("acquisition.pool_sample: 20 is below batch_size 30", proc.stderr)
 
 
+class Precision(LoopCase):
+    """precision and pool_precision (docs/models.md): a bf16 member computes in bfloat16 and
+    its checkpoint says so; pool_precision = "bf16" scores only the pool in bfloat16."""
+
+    def test_members_predict_in_the_precision_they_are_given(self):
+        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
+        with open(path) as f:
+            text = f.read()
+        text = text.replace('seed = 2\n', 'seed = 2\npool_precision = "bf16"\n')
+        text = text.replace('seed = 3\n', 'seed = 3\nprecision = "bf16"\n')
+        with open(path, "w") as f:
+            f.write(text)
+        self.run_loop(path)
+        run = os.path.join(self.dir, "runs", "loop")
+        db = journal(run)
+        generation = db.execute(
+            "SELECT input_generation FROM rounds WHERE round = 0").fetchone()[0]
+        db.close()
+
+        def predict(member, table, precision=None):
+            attempt = os.path.join(run, "members", member, "round-0000", "attempt-1")
+            out = os.path.join(self.dir, f"{member}-{table}-{precision}.npy")
+            args = ["predict", "--checkpoint", os.path.join(attempt, "checkpoint.pt"),
+                    "--store", os.path.join(run, "store"), "--generation", str(generation),
+                    "--table", table, "--out", out]
+            cohort(*args, *(["--precision", precision] if precision else []))
+            return np.load(out), np.load(os.path.join(attempt, f"predictions-{table}.npy"))
+
+        # mlp-b trains in fp32 and scores the pool in bf16; its test predictions stay fp32.
+        again, pool = predict("mlp-b", "pool", "bf16")
+        self.assertTrue(np.array_equal(again, pool))
+        fp32, _ = predict("mlp-b", "pool", "fp32")
+        self.assertFalse(np.array_equal(fp32, pool), "the pool was not scored in bf16")
+        self.assertGreater((fp32.argmax(1) == pool.argmax(1)).mean(), 0.95)
+        own, test = predict("mlp-b", "test")
+        self.assertTrue(np.array_equal(own, test))
+        fp32, _ = predict("mlp-b", "test", "fp32")
+        self.assertTrue(np.array_equal(fp32, test))
+        # cnn-c trains in bf16 and predicts in bf16 everywhere by default.
+        own, test = predict("cnn-c", "test")
+        self.assertTrue(np.array_equal(own, test))
+        fp32, _ = predict("cnn-c", "test", "fp32")
+        self.assertFalse(np.array_equal(fp32, test), "cnn-c did not predict in bf16")
+
+
 class Failures(LoopCase):
     def signal_a_training_worker(self, member, sig, after_s, **config_args):
         """Runs a one-round loop, sends `sig` to the worker training `member` once it has been

@@ -321,6 +321,19 @@ TEST(LoopConfigTest, BadTrainValue) {
   EXPECT_EQ(
       Error(Replace(kFull, "learning_rate = 0.01", "learning_rate = 0.01, weight_decay = -1")),
       "dir/loop.toml:29: member[2].optimizer.weight_decay: must be >= 0");
+  EXPECT_EQ(Error(Replace(kFull, "epochs = 3", "epochs = 3\nprecision = \"fp16\"")),
+            "dir/loop.toml:14: defaults.precision: unknown precision 'fp16' (fp32, bf16)");
+  EXPECT_EQ(Error(Replace(kFull, "seed = 2", "seed = 2\npool_precision = \"half\"")),
+            "dir/loop.toml:27: member[2].pool_precision: unknown pool precision 'half' (auto, "
+            "fp32, bf16)");
+  auto bf16 = ParseLoopConfig(
+      Replace(kFull, "seed = 2", "seed = 2\nprecision = \"bf16\"\npool_precision = \"fp32\""),
+      "dir/loop.toml", "/b");
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_EQ(bf16->members[1].train.precision, "bf16");
+  EXPECT_EQ(bf16->members[1].train.pool_precision, "fp32");
+  EXPECT_EQ(bf16->members[0].train.precision, "fp32");
+  EXPECT_EQ(bf16->members[0].train.pool_precision, "auto");
 }
 
 TEST(LoopConfigTest, UnknownStrategy) {
