@@ -155,9 +155,8 @@ json AttemptMetrics(const json& done, bool script, double predict_seconds, doubl
       it = it->is_number() || it->is_boolean() ? std::next(it) : metrics.erase(it);
     }
   }
-  for (const char* key :
-       {"seconds", "samples", "best_epoch", "stopped_early", "parameters", "resident_data",
-        "step_times"}) {
+  for (const char* key : {"seconds", "samples", "best_epoch", "stopped_early", "parameters",
+                          "resident_data", "step_times"}) {
     if (done.contains(key)) metrics[key] = done[key];
   }
   metrics["predict_seconds"] = predict_seconds;

@@ -83,10 +83,10 @@ TEST(ConfigJsonTest, ToJsonUsesTheFieldNames) {
   for (const char* key :
        {"member", "model", "loss", "label_smoothing", "classes", "standardize", "optimizer",
         "schedule", "grad_clip_norm", "batch_size", "epochs", "seed", "validation_fraction",
-        "patience", "warm_start_from", "augment", "device"}) {
+        "patience", "warm_start_from", "augment", "precision", "pool_precision", "device"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 17u);
+  EXPECT_EQ(j.size(), 19u);
   EXPECT_EQ(j["augment"].size(), 3u);
   EXPECT_EQ(j["optimizer"].size(), 6u);
   EXPECT_EQ(j["optimizer"]["learning_rate"], 1e-3);

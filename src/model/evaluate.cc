@@ -32,6 +32,7 @@ Result<Applied> Apply(const std::string& checkpoint, const store::Snapshot& snap
   COHORT_ASSIGN_OR_RETURN(const store::Table* table, snapshot.table(table_name));
   COHORT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(device_config.device));
   at::set_num_threads(std::max(device_config.threads, 1));
+  TuneAllocator();
   Applied out;
   COHORT_ASSIGN_OR_RETURN(out.member, LoadCheckpoint(checkpoint, device));
   COHORT_RETURN_IF_ERROR(CheckCompatible(out.member.meta, *table, with_labels));
@@ -216,8 +217,8 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
     return Status::InvalidArgument("predict: unknown precision '" + options.precision +
                                    "' (fp32, bf16)");
   }
-  COHORT_ASSIGN_OR_RETURN(Applied a, Apply(checkpoint, snapshot, table, device, false, rows,
-                                           options.precision));
+  COHORT_ASSIGN_OR_RETURN(
+      Applied a, Apply(checkpoint, snapshot, table, device, false, rows, options.precision));
   const MemberMeta& meta = a.member.meta;
   store::HostArray array;
   PredictResult result;

@@ -1,7 +1,6 @@
 // ExportMember(): a checkpoint's network as .npy files plus the list of steps that apply them
 // (`cohort export`; python/cohort_ensemble.py is the reader).
 #include <fmt/format.h>
-
 #include <torch/version.h>
 
 #include <filesystem>

@@ -1,7 +1,10 @@
 #include "model/tensors.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 
 #include "model/device_table.h"
 #include "model/precision.h"
@@ -82,10 +85,11 @@ class PipelineSource : public BatchSource {
 // Batches gathered on the device from the table's resident copy.
 class ResidentSource : public BatchSource {
  public:
-  ResidentSource(ResidentView view, uint64_t table_rows, const MemberMeta& meta,
+  ResidentSource(ResidentView view, const store::Table& table, const MemberMeta& meta,
                  const torch::Device& device, bool with_labels, int64_t batch_size)
       : view_(std::move(view)),
-        table_rows_(table_rows),
+        table_name_(table.name()),
+        table_rows_(table.size()),
         meta_(meta),
         device_(device),
         with_labels_(with_labels && view_.labels.defined()),
@@ -97,8 +101,10 @@ class ResidentSource : public BatchSource {
     count_ = static_cast<int64_t>(rows.size());
     for (uint64_t r : rows) {
       if (r >= table_rows_) {
-        status_ = Status::InvalidArgument("row " + std::to_string(r) + " is out of range (size " +
-                                          std::to_string(table_rows_) + ")");
+        // The words of the host path's gather (Table::GatherFeatures).
+        status_ =
+            Status::InvalidArgument("table " + table_name_ + ": row " + std::to_string(r) +
+                                    " is out of range (size " + std::to_string(table_rows_) + ")");
         return;
       }
     }
@@ -129,6 +135,7 @@ class ResidentSource : public BatchSource {
 
  private:
   const ResidentView view_;
+  const std::string table_name_;
   const uint64_t table_rows_;
   const MemberMeta meta_;
   const torch::Device device_;
@@ -142,6 +149,14 @@ class ResidentSource : public BatchSource {
 
 }  // namespace
 
+void TuneAllocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+}
+
 Result<std::unique_ptr<BatchSource>> MakeBatchSource(const std::string& store_dir,
                                                      const store::Table& table,
                                                      const MemberMeta& meta,
@@ -154,7 +169,7 @@ Result<std::unique_ptr<BatchSource>> MakeBatchSource(const std::string& store_di
     Result<ResidentView> view = ResidentTable(store_dir, table, device);
     if (view.ok()) {
       return std::unique_ptr<BatchSource>(std::make_unique<ResidentSource>(
-          std::move(*view), table.size(), meta, device, with_labels, batch_size));
+          std::move(*view), table, meta, device, with_labels, batch_size));
     }
     // Out of device memory, most likely: the host path still works, only slower.
     std::fprintf(stderr, "cohort: keeping table %s on %s failed (%s); batches come from the host\n",

@@ -65,6 +65,12 @@ Result<std::unique_ptr<BatchSource>> MakeBatchSource(const std::string& store_di
                                                      int64_t batch_size,
                                                      const AugmentConfig* augment = nullptr);
 
+// glibc returns large tensors to the OS after every batch and faults them back in on the
+// next; raising its thresholds keeps them (docs/development.md: ~+25% training samples/s, and
+// a pool pass of a convolutional member spent most of its time in page faults without it).
+// Once per process, before the first pass.
+void TuneAllocator();
+
 // The training loss of a member's task, averaged over the batch.
 class LossFn {
  public:

@@ -26,7 +26,9 @@ TEST(TrainConfigTest, EveryRowNamesItsOwnField) {
     const void* at = std::visit([](auto* p) -> const void* { return p; }, f.field(c));
     EXPECT_TRUE(addresses.insert(at).second) << f.path << " points at another row's field";
   }
-  EXPECT_EQ(paths.size(), 29u);
+  EXPECT_EQ(paths.size(), 31u);
+  EXPECT_TRUE(paths.count("precision"));
+  EXPECT_TRUE(paths.count("pool_precision"));
   EXPECT_TRUE(paths.count("augment.shift"));
   EXPECT_TRUE(paths.count("optimizer.learning_rate"));
   EXPECT_TRUE(paths.count("device.threads"));

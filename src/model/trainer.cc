@@ -1,6 +1,5 @@
 // Train(): one member's training loop, in the style of pytorch/examples (cpp): plain
 // libtorch, a Sequential network, an optimizer, a loop over batches.
-#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -13,8 +12,8 @@
 #include "model/checkpoint.h"
 #include "model/member.h"
 #include "model/network.h"
-#include "model/task.h"
 #include "model/precision.h"
+#include "model/task.h"
 #include "model/tensors.h"
 
 namespace cohort::model {
@@ -25,16 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// glibc returns large tensors to the OS after every step and faults them back in on the
-// next; raising the thresholds keeps them (docs/development.md: ~+25% samples/s).
-void TuneAllocator() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  });
 }
 
 void SetThreads(int threads) {

@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""The pool pass: one member predicting a whole table, fp32 against bf16 (docs/benchmarks.md,
+"Precision").
+
+Trains two of the example's members for one epoch on the 60,000 Fashion-MNIST training images
+(`mlp-256-relu` and `cnn-32-elu`, with `cohort train`), then asks one long-lived worker
+(`cohort-member worker --threads T`, the process the loop runs) to predict the 60,000 images
+with each member, in fp32 and in bf16 alternately (`"precision"` of the predict command),
+--repeats times, and prints the medians of the worker's own timing (uint8 rows in,
+probabilities written out): rows/s, for the MLP its GFLOPS-equivalent (2 x rows x weights of
+its dense layers per second), the bf16/fp32 speed-up, and how many rows keep their predicted
+class.
+
+  bench/pool_pass_bench.py [--repeats 5] [--threads 1] [--cohort BUILD/src/cli/cohort]
+  bench/pool_pass_bench.py --quick     # smoke: 2,000 rows, one repeat
+
+Figures are printed, never asserted. Run it on an otherwise idle machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from example_config import BenchError, build_store, run  # noqa: E402
+
+PROG = "pool_pass_bench"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMBERS = {  # name -> (spec, multiply-adds per row of its dense layers, or None)
+    "mlp-256-relu": ("dense 256 relu, dense 10", 784 * 256 + 256 * 10),
+    "cnn-32-elu": ("conv2d 32 3 1 1 elu, maxpool 2, dropout 0.1, flatten, dense 128 elu, "
+                   "dense 10", None),
+}
+
+
+def fail(message):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+class Worker:
+    """A `cohort-member worker` on stdin/stdout (docs/protocol.md)."""
+
+    def __init__(self, member_binary, threads):
+        self.proc = subprocess.Popen([member_binary, "worker", "--device", "cpu", "--threads",
+                                      str(threads)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.event("hello")
+
+    def event(self, kind):
+        for line in self.proc.stdout:
+            if not line.startswith("@cohort "):
+                continue
+            e = json.loads(line[len("@cohort "):])
+            if e.get("ev") == "error":
+                raise BenchError(f"worker: {e.get('message')}")
+            if e.get("ev") == kind:
+                return e
+        raise BenchError(f"the worker exited before its {kind} event")
+
+    def predict(self, command):
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return self.event("predictions")
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cohort", default=os.path.join(REPO, "build", "src", "cli", "cohort"))
+    ap.add_argument("--scratch", default=os.path.join(REPO, "build", "pool-pass-bench"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    a = ap.parse_args()
+    cohort = os.path.abspath(a.cohort)
+    member_binary = os.path.join(os.path.dirname(cohort), "cohort-member")
+    for binary in (cohort, member_binary):
+        if not os.access(binary, os.X_OK):
+            fail(f"{binary}: not an executable (build first, or pass --cohort)")
+    work = os.path.abspath(a.scratch)
+    os.makedirs(work, exist_ok=True)
+    rows = 2000 if a.quick else 60000
+    repeats = 1 if a.quick else a.repeats
+    store = os.path.join(work, f"store-{rows}")
+    build_store(cohort, store, rows, 0, 500, reuse=True)
+    generation = json.loads(run([cohort, "data", "info", store, "--json"]).stdout)["generation"]
+
+    worker = Worker(member_binary, a.threads)
+    print(f"{rows} rows of 28x28 uint8, 1 member at a time, {a.threads} thread(s), "
+          f"median of {repeats}")
+    print(f"{'member':<14} {'precision':<9} {'seconds':>8} {'rows/s':>9} {'GFLOPS-eq':>9} "
+          f"{'speed-up':>8} {'same class':>10}")
+    try:
+        for name, (spec, macs) in MEMBERS.items():
+            ckpt = os.path.join(work, f"{name}.ckpt")
+            if not os.path.exists(ckpt):
+                run([cohort, "train", "--store", store, "--table", "train", "--model", spec,
+                     "--epochs", "1", "--seed", "1", "--batch-size", "128", "--standardize",
+                     "--out", ckpt])
+            seconds = {"fp32": [], "bf16": []}
+            for rep in range(repeats):
+                order = ("fp32", "bf16") if rep % 2 == 0 else ("bf16", "fp32")
+                for precision in order:
+                    e = worker.predict({
+                        "op": "predict", "id": f"{name}-{precision}-{rep}", "store": store,
+                        "generation": generation, "table": "train", "checkpoint": ckpt,
+                        "out": os.path.join(work, f"{name}-{precision}.npy"),
+                        "precision": precision})
+                    seconds[precision].append(e["seconds"])
+            p32 = np.load(os.path.join(work, f"{name}-fp32.npy"))
+            p16 = np.load(os.path.join(work, f"{name}-bf16.npy"))
+            same = float((p32.argmax(1) == p16.argmax(1)).mean())
+            base = statistics.median(seconds["fp32"])
+            for precision in ("fp32", "bf16"):
+                s = statistics.median(seconds[precision])
+                gflops = f"{2 * rows * macs / s / 1e9:9.1f}" if macs else f"{'-':>9}"
+                print(f"{name:<14} {precision:<9} {s:>8.3f} {rows / s:>9.0f} {gflops} "
+                      f"{base / s:>7.2f}x {same if precision == 'bf16' else 1.0:>10.4f}")
+    finally:
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        fail(str(e))
