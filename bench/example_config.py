@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "fashion-mnist", "loop.toml")
@@ -14,6 +15,26 @@ FMNIST = os.environ.get("COHORT_FASHION_MNIST") or "/usr/share/datasets/fashion-
 
 class BenchError(Exception):
     """A step failed; the message is one line."""
+
+
+def bench_main(prog, main):
+    """Runs a benchmark's main(): its return value is the exit status; a BenchError ends the
+    program with `prog: error: message` on stderr and status 1."""
+    try:
+        status = main()
+    except BenchError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        status = 1
+    sys.exit(status)
+
+
+def executable(path):
+    """The absolute path of a built binary (`cohort`, `cohort-member`); a BenchError if it is
+    missing."""
+    path = os.path.abspath(path)
+    if not os.access(path, os.X_OK):
+        raise BenchError(f"{path}: not an executable (build first, or pass --cohort)")
+    return path
 
 
 def run(argv):

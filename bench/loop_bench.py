@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import example_config  # noqa: E402
-from example_config import BenchError, build_store, run  # noqa: E402
+from example_config import BenchError, bench_main, build_store, executable, run  # noqa: E402
 
 PROG = "loop_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,10 +47,6 @@ SETTINGS = {  # name -> (rounds, epochs override or None)
     "quick": (2, 1),
 }
 
-
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def derived_config(path, name, store, rounds, epochs, members, k, devices=None,
@@ -135,9 +131,7 @@ def main():
     ap.add_argument("--make-store", action="store_true",
                     help="build the example store at --store when it is missing")
     a = ap.parse_args()
-    cohort = os.path.abspath(a.cohort)
-    if not os.access(cohort, os.X_OK):
-        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
     os.makedirs(a.scratch, exist_ok=True)
     members = k = None
     if a.quick:
@@ -149,12 +143,13 @@ def main():
         settings = [s for s in a.settings.split(",") if s]
         for s in settings:
             if s not in ("short", "long"):
-                fail(f"unknown setting '{s}' (short, long)")
+                raise BenchError(f"unknown setting '{s}' (short, long)")
         store = os.path.abspath(a.store)
         if a.make_store:
             build_store(cohort, store, 1000, 59000, 10000, reuse=True)
         if not os.path.exists(os.path.join(store, "CURRENT")):
-            fail(f"{store}: no store (run scripts/demo, or pass --store or --make-store)")
+            raise BenchError(f"{store}: no store (run scripts/demo, or pass --store or "
+                             "--make-store)")
     device_list = [d for d in (a.devices or "").split(",") if d]
     devices = len(device_list) if device_list else 2
     rows = []
@@ -192,7 +187,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        fail(str(e))
+    bench_main(PROG, main)

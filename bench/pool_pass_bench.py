@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import BenchError, build_store, run  # noqa: E402
+from example_config import BenchError, bench_main, build_store, executable, run  # noqa: E402
 
 PROG = "pool_pass_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,10 +36,6 @@ MEMBERS = {  # name -> (spec, multiply-adds per row of its dense layers, or None
                    "dense 10", None),
 }
 
-
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 class Worker:
@@ -80,11 +76,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="tiny smoke run")
     a = ap.parse_args()
-    cohort = os.path.abspath(a.cohort)
-    member_binary = os.path.join(os.path.dirname(cohort), "cohort-member")
-    for binary in (cohort, member_binary):
-        if not os.access(binary, os.X_OK):
-            fail(f"{binary}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
+    member_binary = executable(os.path.join(os.path.dirname(cohort), "cohort-member"))
     work = os.path.abspath(a.scratch)
     os.makedirs(work, exist_ok=True)
     rows = 2000 if a.quick else 60000
@@ -130,7 +123,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        fail(str(e))
+    bench_main(PROG, main)

@@ -29,17 +29,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import BenchError, build_store, config_text, run  # noqa: E402
+from example_config import (BenchError, bench_main, build_store, config_text,  # noqa: E402
+                            executable, run)
 
 PROG = "precision_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {"fp32": {}, "pool-bf16": {"pool_precision": '"bf16"'},
             "bf16": {"precision": '"bf16"'}}
 
-
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def run_variant(cohort, work, name, store, rounds, k, epochs, members, defaults):
@@ -78,9 +75,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="runs of each variant")
     ap.add_argument("--quick", action="store_true", help="tiny smoke run")
     a = ap.parse_args()
-    cohort = os.path.abspath(a.cohort)
-    if not os.access(cohort, os.X_OK):
-        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
     work = os.path.abspath(a.scratch)
     os.makedirs(work, exist_ok=True)
     members = epochs = None
@@ -120,7 +115,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        fail(str(e))
+    bench_main(PROG, main)

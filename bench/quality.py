@@ -36,7 +36,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import BenchError, build_store, config_text, run  # noqa: E402
+from example_config import (BenchError, bench_main, build_store, config_text,  # noqa: E402
+                            executable, run)
 
 PROG = "quality"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,10 +59,6 @@ def parse_variant(text):
         settings[key] = value
     return strategy, settings
 
-
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def run_loop(cohort, work, name, text):
@@ -185,9 +182,7 @@ def main():
     ap.add_argument("--patience", type=int,
                     help="AL part: early stopping on a 10%% validation split with this patience")
     a = ap.parse_args()
-    cohort = os.path.abspath(a.cohort)
-    if not os.access(cohort, os.X_OK):
-        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
     scratch = os.path.abspath(a.scratch)
     os.makedirs(scratch, exist_ok=True)
     parts = [p for p in a.part.split(",") if p]
@@ -214,7 +209,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as e:
-        fail(str(e))
+    bench_main(PROG, main)
