@@ -25,6 +25,19 @@ std::shared_ptr<const store::Snapshot> Open(const std::string& dir) {
   return *snap;
 }
 
+// A store at `dir` whose table "t" holds `rows` samples (uint8 features (2, 3), class labels).
+void MakeStore(const std::string& dir, uint64_t rows) {
+  ASSERT_TRUE(store::InitStore(dir).ok());
+  auto txn = store::Transaction::Begin(dir);
+  store::TableSchema s;
+  s.feature_dtype = store::Dtype::kUint8;
+  s.feature_shape = {2, 3};
+  ASSERT_TRUE((*txn)->CreateTable("t", s).ok());
+  auto labels = ClassLabels(rows);
+  ASSERT_TRUE((*txn)->Append("t", Uint8Features(rows), &labels).ok());
+  ASSERT_TRUE((*txn)->Commit("first").ok());
+}
+
 // Every live row of the view holds the table's features and label bytes.
 void ExpectViewHoldsTable(const ResidentView& view, const store::Table& table) {
   ASSERT_EQ(view.live.size(0), static_cast<int64_t>(table.size()));
@@ -47,17 +60,7 @@ void ExpectViewHoldsTable(const ResidentView& view, const store::Table& table) {
 TEST(ResidentTableTest, UploadsEachSegmentOnceAndFollowsEveryCommit) {
   ClearResidentTables();
   const std::string dir = ScratchDir("store");
-  ASSERT_TRUE(store::InitStore(dir).ok());
-  {
-    auto txn = store::Transaction::Begin(dir);
-    store::TableSchema s;
-    s.feature_dtype = store::Dtype::kUint8;
-    s.feature_shape = {2, 3};
-    ASSERT_TRUE((*txn)->CreateTable("t", s).ok());
-    auto labels = ClassLabels(300);
-    ASSERT_TRUE((*txn)->Append("t", Uint8Features(300), &labels).ok());
-    ASSERT_TRUE((*txn)->Commit("first").ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeStore(dir, 300));
   auto resident = [&](uint64_t expect_uploaded) {
     const uint64_t before = ResidentRowsUploaded();
     auto snap = Open(dir);
@@ -104,17 +107,7 @@ TEST(ResidentTableTest, UploadsEachSegmentOnceAndFollowsEveryCommit) {
 
 TEST(ResidentTableTest, ModeComesFromTheEnvironment) {
   const std::string dir = ScratchDir("store");
-  ASSERT_TRUE(store::InitStore(dir).ok());
-  {
-    auto txn = store::Transaction::Begin(dir);
-    store::TableSchema s;
-    s.feature_dtype = store::Dtype::kUint8;
-    s.feature_shape = {2, 3};
-    ASSERT_TRUE((*txn)->CreateTable("t", s).ok());
-    auto labels = ClassLabels(10);
-    ASSERT_TRUE((*txn)->Append("t", Uint8Features(10), &labels).ok());
-    ASSERT_TRUE((*txn)->Commit("first").ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeStore(dir, 10));
   auto snap = Open(dir);
   const store::Table& table = **snap->table("t");
   ::setenv("COHORT_RESIDENT_DATA", "sometimes", 1);
