@@ -213,9 +213,10 @@ Result<PredictResult> Predict(const std::string& checkpoint, const store::Snapsh
                                      table + " (" + std::to_string(t->size()) + " rows)");
     }
   }
-  if (!options.precision.empty() && options.precision != "fp32" && options.precision != "bf16") {
-    return Status::InvalidArgument("predict: unknown precision '" + options.precision +
-                                   "' (fp32, bf16)");
+  if (!options.precision.empty()) {
+    if (std::string why = CheckPrecision(options.precision); !why.empty()) {
+      return Status::InvalidArgument("predict: " + why);
+    }
   }
   COHORT_ASSIGN_OR_RETURN(
       Applied a, Apply(checkpoint, snapshot, table, device, false, rows, options.precision));

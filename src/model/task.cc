@@ -74,7 +74,7 @@ Result<MemberMeta> MemberMeta::FromJson(const json& j, const std::string& path) 
     m.standardize = j.at("standardize").get<bool>();
     // Checkpoints written before the setting existed trained in fp32.
     m.precision = j.value("precision", std::string("fp32"));
-    if (m.precision != "fp32" && m.precision != "bf16") {
+    if (!CheckPrecision(m.precision).empty()) {
       return Status::Corruption(path + ": unknown precision '" + m.precision + "'");
     }
     m.residual_variance = j.at("residual_variance").get<std::vector<double>>();

@@ -297,16 +297,14 @@ Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& los
   double loss_sum = 0;
   double correct = 0;
   int64_t seen = 0;
+  std::optional<PrecisionScope> precision;  // one for the pass: the weights do not change
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
+    if (!precision) precision.emplace(batch->x.device(), meta.precision);
     const torch::Tensor& y = batch->y;
-    torch::Tensor out;
-    {
-      PrecisionScope scope(batch->x.device(), meta.precision);
-      out = net->forward(batch->x).to(torch::kFloat);
-    }
+    torch::Tensor out = net->forward(batch->x).to(torch::kFloat);
     loss_sum += loss(out, y).item<double>() * static_cast<double>(batch->size);
     if (meta.classification()) correct += out.argmax(1).eq(y).sum().item<double>();
     seen += batch->size;

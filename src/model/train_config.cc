@@ -127,7 +127,7 @@ std::vector<TrainConfigField> MakeFields() {
           "augment.erase", Fraction(),
           "image members: erase a random rectangle of each training image with this probability"),
       Field<&TrainConfig::precision>(
-          "precision", OneOf("precision", {"fp32", "bf16"}),
+          "precision", [](const std::string& v) { return CheckPrecision(v); },
           "fp32, or bf16: dense and convolution layers in bfloat16 (training and prediction)"),
       Field<&TrainConfig::pool_precision>(
           "pool_precision", OneOf("pool precision", {"auto", "fp32", "bf16"}),
@@ -139,6 +139,10 @@ std::vector<TrainConfigField> MakeFields() {
 }
 
 }  // namespace
+
+std::string CheckPrecision(const std::string& precision) {
+  return OneOf("precision", {"fp32", "bf16"})(precision);
+}
 
 const std::vector<TrainConfigField>& TrainConfigFields() {
   static const std::vector<TrainConfigField> fields = MakeFields();

@@ -103,6 +103,10 @@ struct TrainConfigProblem {
   std::string message;
 };
 
+// "" when `precision` is one TrainConfig::precision takes (fp32, bf16), else why not:
+// "unknown precision 'fp16' (fp32, bf16)". Checkpoints and predict commands use it too.
+std::string CheckPrecision(const std::string& precision);
+
 // The first field, in table order, whose value Train refuses; nullopt when there is none.
 std::optional<TrainConfigProblem> CheckTrainConfig(const TrainConfig& config);
 
