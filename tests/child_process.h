@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -77,9 +78,23 @@ class ChildProcess {
     return status;
   }
 
+  // Reads the child's stdout until it holds a whole line; false at end of file first. What
+  // was read stays in the output ReadOutput returns.
+  bool WaitForLine() {
+    char buf[4096];
+    while (read_.find('\n') == std::string::npos) {
+      ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      read_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
   // Everything the child wrote to stdout, up to end of file.
   std::string ReadOutput() {
-    std::string out;
+    std::string out = std::move(read_);
+    read_.clear();
     char buf[4096];
     for (;;) {
       ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
@@ -93,6 +108,7 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
+  std::string read_;  // read by WaitForLine, not yet returned by ReadOutput
 };
 
 }  // namespace cohort::testing

@@ -821,10 +821,13 @@ TEST_F(StoreCrashKillTest, KilledWriterLeavesALastCommittedGeneration) {
   ASSERT_TRUE(InitStore(killed).ok());
   ASSERT_TRUE(InitStore(reference).ok());
 
-  // Kills land anywhere in [0, start-up + commit window]: the window is at least 40 ms, and
-  // long enough for a couple of commits where fsync is slow, so that some trials advance the
-  // store and some do not. Start-up (exec, loading, and under ASan its shadow memory: tens of
-  // ms) is measured on its own, so that a slow start cannot swallow every kill.
+  // Even trials kill anywhere in [0, start-up + commit window]; odd trials wait for the
+  // child's first "committed" line and then kill anywhere in the commit window, so kills land
+  // before, inside and between commits whatever the machine's load. (Timed from the start
+  // alone, a loaded machine once stretched start-up past every kill: 50 trials, none
+  // advanced.) The window is at least 40 ms, and long enough for a couple of commits where
+  // fsync is slow. Start-up (exec, loading, and under ASan its shadow memory: tens of ms) is
+  // measured on its own.
   const std::string timing = Path("timing");
   ASSERT_TRUE(InitStore(timing).ok());
   auto start = std::chrono::steady_clock::now();
@@ -836,14 +839,15 @@ TEST_F(StoreCrashKillTest, KilledWriterLeavesALastCommittedGeneration) {
   const auto commit_time =
       (three_commits > startup_time ? three_commits - startup_time : three_commits) / 3;
   fs::remove_all(timing);
+  const auto commit_window = std::clamp<std::chrono::microseconds>(
+      std::chrono::duration_cast<std::chrono::microseconds>(commit_time * 5 / 2),
+      std::chrono::milliseconds(40), std::chrono::milliseconds(250));
   const auto max_delay =
-      std::chrono::duration_cast<std::chrono::microseconds>(startup_time) +
-      std::clamp<std::chrono::microseconds>(
-          std::chrono::duration_cast<std::chrono::microseconds>(commit_time * 5 / 2),
-          std::chrono::milliseconds(40), std::chrono::milliseconds(250));
+      std::chrono::duration_cast<std::chrono::microseconds>(startup_time) + commit_window;
 
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> delay_us(0, max_delay.count());
+  std::uniform_int_distribution<int64_t> delay_after_commit_us(0, commit_window.count());
   uint64_t reference_generation = 0;
   uint64_t trials_that_advanced = 0;
   uint64_t trials_that_left_files = 0;
@@ -853,14 +857,18 @@ TEST_F(StoreCrashKillTest, KilledWriterLeavesALastCommittedGeneration) {
     auto before = ReadCurrent(Env::Default(), killed);
     ASSERT_TRUE(before.ok()) << before.status().ToString();
     const uint64_t start_generation = *before;
-    const auto delay = std::chrono::microseconds(delay_us(rng));
+    const bool after_first_commit = trial % 2 == 1;
+    const auto delay =
+        std::chrono::microseconds(after_first_commit ? delay_after_commit_us(rng) : delay_us(rng));
     SCOPED_TRACE("trial " + std::to_string(trial) + " (seed " + std::to_string(seed) +
-                 "), from generation " + std::to_string(start_generation) + ", kill after " +
-                 std::to_string(delay.count()) + " us");
+                 "), from generation " + std::to_string(start_generation) + ", kill " +
+                 std::to_string(delay.count()) + " us after " +
+                 (after_first_commit ? "its first commit" : "the start"));
 
     ChildProcess child;
     ASSERT_TRUE(
         child.Start({ChildPath(), killed, std::to_string(start_generation), "1000000"}).ok());
+    if (after_first_commit) ASSERT_TRUE(child.WaitForLine()) << "the child ended before a commit";
     std::this_thread::sleep_for(delay);
     child.Kill();
     const int wait_status = child.Wait();
@@ -917,7 +925,8 @@ TEST_F(StoreCrashKillTest, KilledWriterLeavesALastCommittedGeneration) {
             << std::chrono::duration_cast<std::chrono::milliseconds>(commit_time).count()
             << " ms, start-up "
             << std::chrono::duration_cast<std::chrono::milliseconds>(startup_time).count()
-            << " ms, kill delay 0-" << max_delay.count() / 1000 << " ms): store advanced in "
+            << " ms, kill delay 0-" << max_delay.count() / 1000 << " ms from the start or 0-"
+            << commit_window.count() / 1000 << " ms from the first commit): store advanced in "
             << trials_that_advanced << ", leftovers after " << trials_that_left_files
             << ", committed but unreported in " << kills_after_rename_before_report
             << "; final generation " << reference_generation << "\n";
