@@ -5,11 +5,12 @@
 Trains two of the example's members for one epoch on the 60,000 Fashion-MNIST training images
 (`mlp-256-relu` and `cnn-32-elu`, with `cohort train`), then asks one long-lived worker
 (`cohort-member worker --threads T`, the process the loop runs) to predict the 60,000 images
-with each member, in fp32 and in bf16 alternately (`"precision"` of the predict command),
---repeats times, and prints the medians of the worker's own timing (uint8 rows in,
-probabilities written out): rows/s, for the MLP its GFLOPS-equivalent (2 x rows x weights of
-its dense layers per second), the bf16/fp32 speed-up, and how many rows keep their predicted
-class.
+with each member in three variants, interleaved, --repeats times: fp32 with the dense layers
+through the BLAS (a worker with COHORT_ONEDNN=off), fp32 through oneDNN (the default) and bf16
+(`"precision"` of the predict command). Prints the medians of the worker's own timing (uint8
+rows in, probabilities written out): rows/s, for the MLP its GFLOPS-equivalent (2 x rows x
+weights of its dense layers per second), the speed-up over the BLAS variant, and how many rows
+keep the predicted class the BLAS variant gave them.
 
   bench/pool_pass_bench.py [--repeats 5] [--threads 1] [--cohort BUILD/src/cli/cohort]
   bench/pool_pass_bench.py --quick     # smoke: 2,000 rows, one repeat
@@ -41,10 +42,11 @@ MEMBERS = {  # name -> (spec, multiply-adds per row of its dense layers, or None
 class Worker:
     """A `cohort-member worker` on stdin/stdout (docs/protocol.md)."""
 
-    def __init__(self, member_binary, threads):
+    def __init__(self, member_binary, threads, env=None):
         self.proc = subprocess.Popen([member_binary, "worker", "--device", "cpu", "--threads",
                                       str(threads)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, **(env or {})))
         self.event("hello")
 
     def event(self, kind):
@@ -86,10 +88,14 @@ def main():
     build_store(cohort, store, rows, 0, 500, reuse=True)
     generation = json.loads(run([cohort, "data", "info", store, "--json"]).stdout)["generation"]
 
-    worker = Worker(member_binary, a.threads)
+    # variant -> (worker, precision): fp32 through the BLAS (COHORT_ONEDNN=off), fp32 with the
+    # dense layers through oneDNN (the default), bf16 autocast.
+    plain = Worker(member_binary, a.threads)
+    blas = Worker(member_binary, a.threads, {"COHORT_ONEDNN": "off"})
+    variants = {"fp32-blas": (blas, "fp32"), "fp32": (plain, "fp32"), "bf16": (plain, "bf16")}
     print(f"{rows} rows of 28x28 uint8, 1 member at a time, {a.threads} thread(s), "
           f"median of {repeats}")
-    print(f"{'member':<14} {'precision':<9} {'seconds':>8} {'rows/s':>9} {'GFLOPS-eq':>9} "
+    print(f"{'member':<14} {'variant':<9} {'seconds':>8} {'rows/s':>9} {'GFLOPS-eq':>9} "
           f"{'speed-up':>8} {'same class':>10}")
     try:
         for name, (spec, macs) in MEMBERS.items():
@@ -98,27 +104,29 @@ def main():
                 run([cohort, "train", "--store", store, "--table", "train", "--model", spec,
                      "--epochs", "1", "--seed", "1", "--batch-size", "128", "--standardize",
                      "--out", ckpt])
-            seconds = {"fp32": [], "bf16": []}
+            seconds = {variant: [] for variant in variants}
             for rep in range(repeats):
-                order = ("fp32", "bf16") if rep % 2 == 0 else ("bf16", "fp32")
-                for precision in order:
+                order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+                for variant in order:
+                    worker, precision = variants[variant]
                     e = worker.predict({
-                        "op": "predict", "id": f"{name}-{precision}-{rep}", "store": store,
+                        "op": "predict", "id": f"{name}-{variant}-{rep}", "store": store,
                         "generation": generation, "table": "train", "checkpoint": ckpt,
-                        "out": os.path.join(work, f"{name}-{precision}.npy"),
+                        "out": os.path.join(work, f"{name}-{variant}.npy"),
                         "precision": precision})
-                    seconds[precision].append(e["seconds"])
-            p32 = np.load(os.path.join(work, f"{name}-fp32.npy"))
-            p16 = np.load(os.path.join(work, f"{name}-bf16.npy"))
-            same = float((p32.argmax(1) == p16.argmax(1)).mean())
-            base = statistics.median(seconds["fp32"])
-            for precision in ("fp32", "bf16"):
-                s = statistics.median(seconds[precision])
+                    seconds[variant].append(e["seconds"])
+            reference = np.load(os.path.join(work, f"{name}-fp32-blas.npy")).argmax(1)
+            base = statistics.median(seconds["fp32-blas"])
+            for variant in variants:
+                same = float((np.load(os.path.join(work, f"{name}-{variant}.npy")).argmax(1) ==
+                              reference).mean())
+                s = statistics.median(seconds[variant])
                 gflops = f"{2 * rows * macs / s / 1e9:9.1f}" if macs else f"{'-':>9}"
-                print(f"{name:<14} {precision:<9} {s:>8.3f} {rows / s:>9.0f} {gflops} "
-                      f"{base / s:>7.2f}x {same if precision == 'bf16' else 1.0:>10.4f}")
+                print(f"{name:<14} {variant:<9} {s:>8.3f} {rows / s:>9.0f} {gflops} "
+                      f"{base / s:>7.2f}x {same:>10.4f}")
     finally:
-        worker.close()
+        plain.close()
+        blas.close()
     return 0
 
 

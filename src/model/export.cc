@@ -8,6 +8,7 @@
 
 #include "model/checkpoint.h"
 #include "model/member.h"
+#include "model/pool.h"
 #include "store/host_array.h"
 #include "store/import.h"
 
@@ -63,12 +64,9 @@ Result<json> LayerStep(const std::string& dir, int index,
     step["stride"] = (*c->options.stride())[0];
     const auto* padding = VariantGetIf<torch::ExpandingArray<2>>(&c->options.padding());
     step["padding"] = padding != nullptr ? (**padding)[0] : 0;
-  } else if (auto* mp = m->as<torch::nn::MaxPool2d>()) {
-    step["op"] = "maxpool";
-    step["kernel"] = (*mp->options.kernel_size())[0];
-  } else if (auto* ap = m->as<torch::nn::AvgPool2d>()) {
-    step["op"] = "avgpool";
-    step["kernel"] = (*ap->options.kernel_size())[0];
+  } else if (auto* pool = m->as<Pool2d>()) {
+    step["op"] = pool->kind() == PoolKind::kMax ? "maxpool" : "avgpool";
+    step["kernel"] = pool->kernel();
   } else if (m->as<torch::nn::Flatten>() != nullptr) {
     step["op"] = "flatten";
   } else if (m->as<torch::nn::Dropout>() != nullptr) {

@@ -1,5 +1,7 @@
 #include "model/network.h"
 
+#include "model/pool.h"
+
 namespace cohort::model {
 
 namespace {
@@ -66,10 +68,10 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
                                                  .padding(l.padding)));
         break;
       case LayerKind::kMaxPool:
-        layers_->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(l.kernel)));
+        layers_->push_back(Pool2d(PoolKind::kMax, l.kernel));
         break;
       case LayerKind::kAvgPool:
-        layers_->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(l.kernel)));
+        layers_->push_back(Pool2d(PoolKind::kAvg, l.kernel));
         break;
       case LayerKind::kFlatten:
         layers_->push_back(torch::nn::Flatten());

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "model/device_table.h"
+#include "model/onednn_forward.h"
 #include "model/precision.h"
 #include "model/spec.h"
 
@@ -256,25 +257,44 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSourc
       if (auto* dropout = module->as<torch::nn::Dropout>()) dropout->train();
     }
   }
+  const auto total = static_cast<int64_t>(rows.size());
   source.Start(rows);
-  std::vector<torch::Tensor> outputs;
-  std::vector<torch::Tensor> labels;
+  // Each batch's results go straight into tensors sized for the pass: a pass that kept one
+  // small tensor per batch until the end interleaved them with the large activations, and the
+  // heap grew by ~3 MB a batch (1.5 GB over a 60,000-row CNN pass), every page of it a fault.
+  torch::Tensor all_out;
+  torch::Tensor all_labels;
+  int64_t done = 0;
   std::optional<PrecisionScope> precision;  // opened on the device of the first batch
+  std::optional<OneDnnForward> onednn;      // planned then too
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    if (!precision) precision.emplace(batch->x.device(), meta.precision);
-    torch::Tensor out = net->forward(batch->x).to(torch::kFloat);
+    if (!precision) {
+      precision.emplace(batch->x.device(), meta.precision);
+      COHORT_ASSIGN_OR_RETURN(
+          onednn, OneDnnForward::For(net, batch->x.device(), meta.precision, sample_dropout));
+    }
+    torch::Tensor out = (onednn ? onednn->forward(batch->x) : net->forward(batch->x));
+    out = out.to(torch::kFloat);
     if (meta.classification()) out = torch::log_softmax(out, 1);
-    outputs.push_back(out);
-    // A host pipeline reuses its buffers: keep a copy of the labels.
-    if (with_labels && batch->y.defined()) labels.push_back(batch->y.clone());
+    if (!all_out.defined()) all_out = torch::empty({total, out.size(1)}, out.options());
+    all_out.narrow(0, done, batch->size).copy_(out);
+    if (with_labels && batch->y.defined()) {
+      if (!all_labels.defined()) {
+        std::vector<int64_t> shape = batch->y.sizes().vec();
+        shape[0] = total;
+        all_labels = torch::empty(shape, batch->y.options());
+      }
+      all_labels.narrow(0, done, batch->size).copy_(batch->y);
+    }
+    done += batch->size;
   }
-  // Joined where they were computed, then one copy to the host.
-  torch::Tensor all_out =
-      outputs.empty() ? torch::empty({0, meta.outputs}) : torch::cat(outputs).to(torch::kCPU);
-  torch::Tensor all_labels = labels.empty() ? torch::Tensor() : torch::cat(labels).to(torch::kCPU);
+  // Filled where they were computed, then one copy to the host.
+  if (!all_out.defined()) return std::make_pair(torch::empty({0, meta.outputs}), torch::Tensor());
+  all_out = all_out.narrow(0, 0, done).to(torch::kCPU);
+  if (all_labels.defined()) all_labels = all_labels.narrow(0, 0, done).to(torch::kCPU);
   return std::make_pair(all_out, all_labels);
 }
 
