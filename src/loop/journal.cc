@@ -405,6 +405,9 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
       return db == nullptr ? Status::IOError(path + ": open: out of memory") : s;
     }
     sqlite3_extended_result_codes(db, 1);
+    // Readers wait too: a writer's open (journal_mode=WAL) and the checkpoint its last close
+    // runs hold locks a reader cannot share; `cohort report --watch` met one as a run ended.
+    sqlite3_busy_timeout(db, options.busy_timeout_ms);
     Status init = options.read_only ? j->InitReadOnly() : j->Init(options);
     if (options.read_only && !immutable && !init.ok() && NeedsImmutableRead(j->last_rc_)) {
       continue;
@@ -457,7 +460,6 @@ Status Journal::QuickCheck() {
 }
 
 Status Journal::Init(const JournalOptions& options) {
-  sqlite3_busy_timeout(db_, options.busy_timeout_ms);
   // The first statement that reads the file: a file that is not a database fails here.
   {
     COHORT_STMT_(mode, "PRAGMA journal_mode=WAL", "open the journal (WAL mode)");

@@ -197,7 +197,7 @@ struct AcquiredSample {
 };
 
 struct JournalOptions {
-  int busy_timeout_ms = 10000;  // how long a write waits for another writer's lock
+  int busy_timeout_ms = 10000;  // how long a reader or a writer waits for another's lock
   // A reader's open (`cohort status`, reports): never creates, upgrades or writes anything,
   // works on a read-only run directory, and needs the journal at the current schema version.
   bool read_only = false;

@@ -459,6 +459,37 @@ TEST(JournalTest, AReaderCreatesAndWritesNothing) {
   EXPECT_FALSE((*reader)->StartRun(SampleRun("other")).ok());
 }
 
+// A reader that opens while another process holds the whole file (a writer switching to WAL, or
+// the checkpoint of a writer's last close) waits for it instead of failing "database is locked".
+TEST(JournalTest, AReaderWaitsForALockHeldBriefly) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    ASSERT_NE(j, nullptr);
+    ASSERT_TRUE(j->StartRun(SampleRun()).ok());
+  }
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &holder), SQLITE_OK);
+  // In exclusive locking mode a WAL connection keeps its lock after the write, until it closes.
+  ASSERT_EQ(sqlite3_exec(holder,
+                         "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; "
+                         "UPDATE runs SET name = name; COMMIT;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(holder);
+  auto refused = Journal::Open(path, {.busy_timeout_ms = 0, .read_only = true});
+  ASSERT_FALSE(refused.ok()) << "the lock is not held: the test proves nothing";
+  EXPECT_NE(refused.status().message().find("locked"), std::string::npos)
+      << refused.status().ToString();
+  std::thread release([holder] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    sqlite3_close(holder);
+  });
+  auto reader = Journal::Open(path, {.read_only = true});
+  release.join();
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE((*reader)->FindRun("fmnist").ok());
+}
 TEST(JournalTest, ADamagedPageIsFoundAtOpenAndTheMessageSaysWhatToDo) {
   std::string path = ScratchDir() + "/run.db";
   {
