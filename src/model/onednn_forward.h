@@ -12,10 +12,19 @@
 // to be reported). Results match the network's forward to float rounding (not bit for bit:
 // another summation order), and a pass is deterministic.
 //
-// Used by prediction passes (RunOver) in fp32 on the CPU, except MC-dropout passes (dropout
-// runs in the network's modules) and where oneDNN is unavailable; `COHORT_ONEDNN=off` in the
-// environment turns it off (`on`/`auto`, the default, leave it on; anything else is refused).
-// Training and validation keep the network's forward.
+// In bf16 (a member's `precision` or the pool's) the weights go in as bfloat16 and the dense
+// layers compute in it, as autocast would have them, with bfloat16 activations between them;
+// only where the CPU has oneDNN's bf16 kernels (AVX-512), autocast otherwise.
+//
+// When the first layer after a flatten is a dense one and the table holds uint8 images, the
+// plan also takes the image bytes as they come: their scale (1/255) goes into that layer's
+// weights with the standardisation, and the bytes are converted once, straight to the layer's
+// dtype (a float pass, a multiply and, in bf16, a second conversion fewer per batch).
+//
+// Used by prediction passes (RunOver) on the CPU, except MC-dropout passes (dropout runs in the
+// network's modules) and where oneDNN is unavailable; `COHORT_ONEDNN=off` in the environment
+// turns it off (`on`/`auto`, the default, leave it on; anything else is refused). Training and
+// validation keep the network's forward.
 //
 // Thread-safety: one thread at a time, like the network it reads.
 #pragma once
@@ -38,12 +47,21 @@ class OneDnnForward {
  public:
   // The plan for a pass of `net` on `device` in `precision`; nullopt where the network's own
   // forward should run (see above). The network must not change while the plan is used.
+  // `uint8_scale` > 0: the pass's features are uint8, scaled by it before the network.
   static Result<std::optional<OneDnnForward>> For(Network& net, const torch::Device& device,
-                                                  const std::string& precision,
-                                                  bool sample_dropout);
+                                                  const std::string& precision, bool sample_dropout,
+                                                  double uint8_scale = 0);
 
-  // The network's outputs for batch x, as Network::forward gives them.
+  // Whether forward takes the uint8 features unscaled (BatchSource::Start's raw_features).
+  bool takes_raw_features() const { return raw_scale_folded_; }
+
+  // The network's outputs for batch x, as Network::forward gives them (in bf16 plans, as it gives
+  // them under autocast): x as the network takes it, or the uint8 features where
+  // takes_raw_features().
   torch::Tensor forward(torch::Tensor x);
+
+  // Whether this CPU runs oneDNN's bf16 inner product (checked once).
+  static bool CpuHasBf16();
 
  private:
   struct Step {
@@ -55,7 +73,9 @@ class OneDnnForward {
 
   Network* net_;
   std::vector<Step> steps_;
-  bool standardization_folded_ = false;  // into the first dense layer's weights
+  torch::ScalarType dtype_ = torch::kFloat;  // of the dense layers
+  bool standardization_folded_ = false;      // into the first dense layer's weights
+  bool raw_scale_folded_ = false;            // the uint8 scale, there too
 };
 
 }  // namespace cohort::model

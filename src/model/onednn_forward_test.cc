@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/precision.h"
+
 namespace cohort::model {
 namespace {
 
@@ -71,11 +73,64 @@ TEST(OneDnnForwardTest, CnnKeepsItsOwnLayersAroundTheDenseOnes) {
   ExpectCloseAndRepeatable(net, torch::rand({33, 12, 12}));
 }
 
+TEST(OneDnnForwardTest, TakesImageBytesWithTheScaleFoldedIn) {
+  Network net = MakeNetwork("dense 64 relu, dense 10", {28, 28}, true);
+  torch::NoGradGuard no_grad;
+  auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", false, 1.0 / 255.0);
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  ASSERT_TRUE((*plan)->takes_raw_features());
+  torch::manual_seed(7);
+  torch::Tensor bytes = torch::randint(0, 256, {200, 28, 28}, torch::kUInt8);
+  torch::Tensor want = net->forward(bytes.to(torch::kFloat).mul_(1.0 / 255.0));
+  torch::Tensor got = (*plan)->forward(bytes);
+  EXPECT_TRUE(torch::allclose(want, got, 1e-4, 1e-4))
+      << "largest difference " << (want - got).abs().max().item<float>();
+  // Without the scale (float features) the plan takes what the network takes.
+  auto float_plan = OneDnnForward::For(net, torch::kCPU, "fp32", false);
+  ASSERT_TRUE(float_plan.ok() && float_plan->has_value());
+  EXPECT_FALSE((*float_plan)->takes_raw_features());
+  // A network whose first layer is not a dense one cannot take the scale.
+  Network cnn = MakeNetwork("conv2d 4 3 1 1 relu, flatten, dense 10", {8, 8}, false);
+  auto cnn_plan = OneDnnForward::For(cnn, torch::kCPU, "fp32", false, 1.0 / 255.0);
+  ASSERT_TRUE(cnn_plan.ok() && cnn_plan->has_value());
+  EXPECT_FALSE((*cnn_plan)->takes_raw_features());
+}
+
+TEST(OneDnnForwardTest, Bf16PlanMatchesAutocast) {
+  if (!OneDnnForward::CpuHasBf16()) GTEST_SKIP() << "this CPU has no oneDNN bf16 kernels";
+  for (bool raw : {false, true}) {
+    SCOPED_TRACE(raw ? "image bytes" : "floats");
+    Network net =
+        MakeNetwork("dense 128 gelu, dropout 0.1, dense 64 relu, dense 10", {28, 28}, true);
+    torch::NoGradGuard no_grad;
+    auto plan = OneDnnForward::For(net, torch::kCPU, "bf16", false, raw ? 1.0 / 255.0 : 0);
+    ASSERT_TRUE(plan.ok() && plan->has_value());
+    ASSERT_EQ((*plan)->takes_raw_features(), raw);
+    torch::manual_seed(8);
+    torch::Tensor bytes = torch::randint(0, 256, {500, 28, 28}, torch::kUInt8);
+    torch::Tensor x = bytes.to(torch::kFloat).mul_(1.0 / 255.0);
+    torch::Tensor want;
+    torch::Tensor got;
+    {
+      PrecisionScope bf16(torch::kCPU, "bf16");
+      want = net->forward(x).to(torch::kFloat);
+      got = (*plan)->forward(raw ? bytes : x);
+    }
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16);  // as autocast gives it
+    got = got.to(torch::kFloat);
+    torch::Tensor fp32 = net->forward(x);
+    // bf16 keeps 8 bits: both sit about as far from the fp32 outputs, and pick the same classes
+    // for nearly every row.
+    const float autocast_error = (want - fp32).abs().max().item<float>();
+    const float plan_error = (got - fp32).abs().max().item<float>();
+    EXPECT_LT(plan_error, 3 * autocast_error + 1e-3) << "autocast " << autocast_error;
+    EXPECT_GT(got.argmax(1).eq(fp32.argmax(1)).sum().item<int64_t>(), 490);
+    EXPECT_TRUE(torch::equal(got, (*plan)->forward(raw ? bytes : x).to(torch::kFloat)));
+  }
+}
+
 TEST(OneDnnForwardTest, StaysOutOfPassesItMustNotTake) {
   Network net = MakeNetwork("dense 8 relu, dropout 0.5, dense 10", {6}, false);
-  auto bf16 = OneDnnForward::For(net, torch::kCPU, "bf16", false);
-  ASSERT_TRUE(bf16.ok());
-  EXPECT_FALSE(bf16->has_value());
   auto dropout = OneDnnForward::For(net, torch::kCPU, "fp32", /*sample_dropout=*/true);
   ASSERT_TRUE(dropout.ok());
   EXPECT_FALSE(dropout->has_value());

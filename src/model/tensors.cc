@@ -30,15 +30,15 @@ torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
 
 std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
                                                      const MemberMeta& meta,
-                                                     const torch::Device& device) {
+                                                     const torch::Device& device,
+                                                     bool raw_features) {
   auto* features = const_cast<std::byte*>(batch.features);  // from_blob wants void*; not written
   torch::Tensor x;
   if (meta.feature_dtype == "uint8") {
     // Bytes cross to a GPU as bytes (a quarter of the floats) and are converted there.
     x = ToDevice(torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kUInt8),
-                 device)
-            .to(torch::kFloat)
-            .mul_(meta.input_scale());
+                 device);
+    if (!raw_features) x = x.to(torch::kFloat).mul_(meta.input_scale());
   } else {
     x = ToDevice(torch::from_blob(features, WithBatch(batch.size, meta.input_shape), torch::kFloat),
                  device);
@@ -66,21 +66,24 @@ class PipelineSource : public BatchSource {
       : pipeline_(table, with_labels, batch_size), meta_(meta), device_(device) {
     if (augment != nullptr) pipeline_.SetAugmentation(*augment);
   }
-  void Start(std::vector<uint64_t> rows, uint64_t pass_seed) override {
+  void Start(std::vector<uint64_t> rows, uint64_t pass_seed, bool raw_features) override {
+    raw_features_ = raw_features;
     pipeline_.Start(std::move(rows), pass_seed);
   }
   Result<std::optional<DeviceBatch>> Next() override {
     COHORT_ASSIGN_OR_RETURN(auto batch, pipeline_.Next());
     if (!batch) return std::optional<DeviceBatch>();
-    auto [x, y] = BatchTensors(*batch, meta_, device_);
+    auto [x, y] = BatchTensors(*batch, meta_, device_, raw_features_);
     return std::optional<DeviceBatch>(DeviceBatch{x, y, batch->size});
   }
+  torch::Device device() const override { return device_; }
   bool resident() const override { return false; }
 
  private:
   BatchPipeline pipeline_;
   const MemberMeta meta_;
   const torch::Device device_;
+  bool raw_features_ = false;
 };
 
 // Batches gathered on the device from the table's resident copy.
@@ -96,7 +99,8 @@ class ResidentSource : public BatchSource {
         with_labels_(with_labels && view_.labels.defined()),
         batch_size_(std::max<int64_t>(batch_size, 1)) {}
 
-  void Start(std::vector<uint64_t> rows, uint64_t /*pass_seed*/) override {
+  void Start(std::vector<uint64_t> rows, uint64_t /*pass_seed*/, bool raw_features) override {
+    raw_features_ = raw_features;
     status_ = Status::OK();
     next_ = 0;
     count_ = static_cast<int64_t>(rows.size());
@@ -123,7 +127,7 @@ class ResidentSource : public BatchSource {
     DeviceBatch batch;
     batch.size = n;
     batch.x = view_.features.index_select(0, places);
-    if (meta_.feature_dtype == "uint8") {
+    if (meta_.feature_dtype == "uint8" && !raw_features_) {
       batch.x = batch.x.to(torch::kFloat).mul_(meta_.input_scale());
     }
     if (with_labels_) {
@@ -132,6 +136,7 @@ class ResidentSource : public BatchSource {
     }
     return std::optional<DeviceBatch>(std::move(batch));
   }
+  torch::Device device() const override { return device_; }
   bool resident() const override { return true; }
 
  private:
@@ -144,6 +149,7 @@ class ResidentSource : public BatchSource {
   const int64_t batch_size_;
   Status status_;
   torch::Tensor places_;
+  bool raw_features_ = false;
   int64_t next_ = 0;
   int64_t count_ = 0;
 };
@@ -258,24 +264,22 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSourc
     }
   }
   const auto total = static_cast<int64_t>(rows.size());
-  source.Start(rows);
+  PrecisionScope precision(source.device(), meta.precision);
+  COHORT_ASSIGN_OR_RETURN(
+      std::optional<OneDnnForward> onednn,
+      OneDnnForward::For(net, source.device(), meta.precision, sample_dropout,
+                         meta.feature_dtype == "uint8" ? meta.input_scale() : 0));
+  source.Start(rows, /*pass_seed=*/0, /*raw_features=*/onednn && onednn->takes_raw_features());
   // Each batch's results go straight into tensors sized for the pass: a pass that kept one
   // small tensor per batch until the end interleaved them with the large activations, and the
   // heap grew by ~3 MB a batch (1.5 GB over a 60,000-row CNN pass), every page of it a fault.
   torch::Tensor all_out;
   torch::Tensor all_labels;
   int64_t done = 0;
-  std::optional<PrecisionScope> precision;  // opened on the device of the first batch
-  std::optional<OneDnnForward> onednn;      // planned then too
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    if (!precision) {
-      precision.emplace(batch->x.device(), meta.precision);
-      COHORT_ASSIGN_OR_RETURN(
-          onednn, OneDnnForward::For(net, batch->x.device(), meta.precision, sample_dropout));
-    }
     torch::Tensor out = (onednn ? onednn->forward(batch->x) : net->forward(batch->x));
     out = out.to(torch::kFloat);
     if (meta.classification()) out = torch::log_softmax(out, 1);
@@ -317,12 +321,11 @@ Result<std::pair<double, double>> ValidationLoss(Network& net, const LossFn& los
   double loss_sum = 0;
   double correct = 0;
   int64_t seen = 0;
-  std::optional<PrecisionScope> precision;  // one for the pass: the weights do not change
+  PrecisionScope precision(source.device(), meta.precision);  // the weights do not change
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(auto batch, source.Next());
     if (!batch) break;
     if (cancel != nullptr && cancel->load()) return Status::Aborted("cancelled");
-    if (!precision) precision.emplace(batch->x.device(), meta.precision);
     const torch::Tensor& y = batch->y;
     torch::Tensor out = net->forward(batch->x).to(torch::kFloat);
     loss_sum += loss(out, y).item<double>() * static_cast<double>(batch->size);

@@ -26,9 +26,12 @@ namespace cohort::model {
 // converted and scaled to [0, 1] (one conversion and one in-place multiply), float32 ones
 // used in place; y int64 (B) for classes, float (B, target_size) for regression, undefined
 // when the batch has no labels.
+// With `raw_features`, uint8 features stay uint8 and unscaled (for a pass whose first layer
+// takes the scale, onednn_forward.h).
 std::pair<torch::Tensor, torch::Tensor> BatchTensors(const BatchPipeline::Batch& batch,
                                                      const MemberMeta& meta,
-                                                     const torch::Device& device);
+                                                     const torch::Device& device,
+                                                     bool raw_features = false);
 
 // One batch of a pass, on the pass's device: x float (B, *input_shape) scaled as
 // BatchTensors makes it, y as BatchTensors makes it (undefined without labels).
@@ -47,8 +50,13 @@ struct DeviceBatch {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Begins a pass over `rows` (table row numbers); `pass_seed` draws its augmentations.
-  virtual void Start(std::vector<uint64_t> rows, uint64_t pass_seed = 0) = 0;
+  // Begins a pass over `rows` (table row numbers); `pass_seed` draws its augmentations. With
+  // `raw_features` the batches' x keeps uint8 features as the table holds them (uint8, not
+  // scaled); float features are given as always.
+  virtual void Start(std::vector<uint64_t> rows, uint64_t pass_seed = 0,
+                     bool raw_features = false) = 0;
+  // The device the batches are on.
+  virtual torch::Device device() const = 0;
   // The next batch; nullopt once the pass is over; InvalidArgument for a row out of range.
   virtual Result<std::optional<DeviceBatch>> Next() = 0;
   // Whether the batches come from a resident copy (for logs and tests).
