@@ -2,9 +2,82 @@
 
 #include <ATen/Context.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 namespace cohort::model {
+namespace {
+
+// Image bytes to float or bfloat16, exact (every byte value is a bfloat16: the top half of its
+// float). ATen's conversion of a 1,024-image batch to bfloat16 took about a tenth of the time
+// of the inner product after it; these loops, vectorised by the compiler for AVX-512, half of
+// that (a bf16 MLP pool pass: 0.100 -> 0.082 s). The AVX-512 copies are chosen at run time with
+// __builtin_cpu_supports, not an ifunc (target_clones), which sanitizer builds resolve before
+// their runtime is up. Inlined into each caller, so each copy is compiled for its target.
+[[gnu::always_inline]] inline void BytesToFloatLoop(const uint8_t* __restrict in,
+                                                    float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = static_cast<float>(in[i]);
+}
+
+[[gnu::always_inline]] inline void BytesToBf16Loop(const uint8_t* __restrict in,
+                                                   uint16_t* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float f = static_cast<float>(in[i]);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof bits);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
+void BytesToFloatGeneric(const uint8_t* in, float* out, int64_t n) { BytesToFloatLoop(in, out, n); }
+
+void BytesToBf16Generic(const uint8_t* in, uint16_t* out, int64_t n) {
+  BytesToBf16Loop(in, out, n);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw"))) void BytesToFloatAvx512(const uint8_t* in, float* out,
+                                                                    int64_t n) {
+  BytesToFloatLoop(in, out, n);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void BytesToBf16Avx512(const uint8_t* in, uint16_t* out,
+                                                                   int64_t n) {
+  BytesToBf16Loop(in, out, n);
+}
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+#else
+bool HasAvx512() { return false; }
+void BytesToFloatAvx512(const uint8_t* in, float* out, int64_t n) {
+  BytesToFloatGeneric(in, out, n);
+}
+void BytesToBf16Avx512(const uint8_t* in, uint16_t* out, int64_t n) {
+  BytesToBf16Generic(in, out, n);
+}
+#endif
+
+// `bytes` (uint8) converted to `dtype` (float or bfloat16), same shape.
+torch::Tensor ConvertBytes(const torch::Tensor& bytes, torch::ScalarType dtype) {
+  torch::Tensor in = bytes.contiguous();
+  torch::Tensor out = torch::empty(in.sizes(), in.options().dtype(dtype));
+  const auto* src = in.data_ptr<uint8_t>();
+  const int64_t n = in.numel();
+  if (dtype == torch::kBFloat16) {
+    auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    (HasAvx512() ? BytesToBf16Avx512 : BytesToBf16Generic)(src, dst, n);
+  } else {
+    auto* dst = out.data_ptr<float>();
+    (HasAvx512() ? BytesToFloatAvx512 : BytesToFloatGeneric)(src, dst, n);
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<bool> OneDnnEnabledFromEnv() {
   const char* value = std::getenv("COHORT_ONEDNN");
@@ -86,7 +159,7 @@ torch::Tensor OneDnnForward::forward(torch::Tensor x) {
   NetworkImpl& net = **net_;
   if (x.scalar_type() == torch::kByte) {
     // Raw image bytes (takes_raw_features): one conversion, the first dense layer scales them.
-    x = x.to(dtype_);
+    x = ConvertBytes(x, dtype_);
   } else if (net.standardize() && !standardization_folded_) {
     x = (x - net.input_mean()) * net.input_inv_std();
   }
