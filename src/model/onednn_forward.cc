@@ -30,12 +30,6 @@ namespace {
   }
 }
 
-void BytesToFloatGeneric(const uint8_t* in, float* out, int64_t n) { BytesToFloatLoop(in, out, n); }
-
-void BytesToBf16Generic(const uint8_t* in, uint16_t* out, int64_t n) {
-  BytesToBf16Loop(in, out, n);
-}
-
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw"))) void BytesToFloatAvx512(const uint8_t* in, float* out,
                                                                     int64_t n) {
@@ -51,14 +45,6 @@ bool HasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return has;
 }
-#else
-bool HasAvx512() { return false; }
-void BytesToFloatAvx512(const uint8_t* in, float* out, int64_t n) {
-  BytesToFloatGeneric(in, out, n);
-}
-void BytesToBf16Avx512(const uint8_t* in, uint16_t* out, int64_t n) {
-  BytesToBf16Generic(in, out, n);
-}
 #endif
 
 // `bytes` (uint8) converted to `dtype` (float or bfloat16), same shape.
@@ -69,10 +55,22 @@ torch::Tensor ConvertBytes(const torch::Tensor& bytes, torch::ScalarType dtype) 
   const int64_t n = in.numel();
   if (dtype == torch::kBFloat16) {
     auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-    (HasAvx512() ? BytesToBf16Avx512 : BytesToBf16Generic)(src, dst, n);
+#if defined(__x86_64__)
+    if (HasAvx512()) {
+      BytesToBf16Avx512(src, dst, n);
+      return out;
+    }
+#endif
+    BytesToBf16Loop(src, dst, n);
   } else {
     auto* dst = out.data_ptr<float>();
-    (HasAvx512() ? BytesToFloatAvx512 : BytesToFloatGeneric)(src, dst, n);
+#if defined(__x86_64__)
+    if (HasAvx512()) {
+      BytesToFloatAvx512(src, dst, n);
+      return out;
+    }
+#endif
+    BytesToFloatLoop(src, dst, n);
   }
   return out;
 }
