@@ -67,11 +67,12 @@ def build_store(cohort, path, train, pool, test, reuse=False):
 
 
 def config_text(name, store, rounds, strategy=None, seed=None, epochs=None, members=None,
-                k=None, defaults=None):
-    """The example config with another name, store and round count; optionally another
-    strategy, seeds (acquisition and member seeds shifted by 100 * seed), epochs, the first
-    `members` members only, k, and more [defaults] settings (a dict of TOML values)."""
-    with open(EXAMPLE) as f:
+                k=None, defaults=None, base=EXAMPLE):
+    """The example config (or another one laid out like it, `base`) with another name, store
+    and round count; optionally another strategy, seeds (acquisition and member seeds shifted
+    by 100 * seed), epochs, the first `members` members only, k, and more [defaults] settings
+    (a dict of TOML values)."""
+    with open(base) as f:
         text = f.read()
 
     def sub(pattern, repl):

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Ensemble quality on Fashion-MNIST (docs/benchmarks.md, "Quality"), with `cohort run`.
 
-1. Full labels: the 8 members of examples/fashion-mnist/loop.toml trained on all 60,000
-   training images (one round, nothing to acquire), evaluated on the 10,000 test images: each
-   member's and the ensemble's accuracy, NLL and ECE, next to the benchmark table of the
-   dataset's README.
+1. Full labels: the 8 members of examples/fashion-mnist/loop.toml (or of --config) trained on
+   all 60,000 training images (one round, nothing to acquire), evaluated on the 10,000 test
+   images, once per seed: each member's and the ensemble's accuracy, NLL and ECE, next to the
+   benchmark table of the dataset's README, and whether the ensemble's NLL and ECE are below
+   every member's.
 2. Active learning: test accuracy of the ensemble against labels used, for `random`, `bald`,
    `variance` and `entropy`, three seeds each (acquisition seed and member seeds), starting
    from 1,000 labels and adding 1,000 per round; the labels at which each curve first reaches
@@ -14,6 +15,8 @@
   bench/quality.py --part al --start 500 --k 250 --rounds 8 \
       --variants random,bald,bald:selection=softrank,bald:cold_start_rounds=2
   bench/quality.py --part al --patience 3 --epochs 30 ...   # early stopping per round
+  bench/quality.py --part full --config examples/fashion-mnist/cnn-ensemble.toml \
+      --epochs-full 10 --seeds 3  # 8 small CNNs with augmentation
   bench/quality.py --quick        # smoke: tiny store, 2 members, 1 seed, 2 rounds
 
 A variant is a strategy with optional [acquisition] settings after a colon, comma-separated
@@ -36,8 +39,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import (BenchError, bench_main, build_store, config_text,  # noqa: E402
-                            executable, run)
+from example_config import (EXAMPLE, BenchError, bench_main, build_store,  # noqa: E402
+                            config_text, executable, run)
 
 PROG = "quality"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,37 +73,63 @@ def run_loop(cohort, work, name, text):
     return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
 
 
-def full_labels(cohort, scratch, epochs, quick):
+def full_labels(cohort, scratch, epochs, seeds, quick, base):
     store = os.path.join(scratch, "store-full")
     if quick:
         build_store(cohort, store, 600, 0, 500, reuse=True)
     else:
         build_store(cohort, store, 60000, 0, 10000, reuse=True)
-    text = config_text("full", store, 1, epochs=epochs, members=2 if quick else None)
-    text = re.sub(r'^strategy = "\w+"', 'strategy = "entropy"', text, count=1, flags=re.M)
-    t0 = time.perf_counter()
-    db = run_loop(cohort, scratch, "full", text)
-    seconds = time.perf_counter() - t0
-    members = {}
-    for member, metric, value in db.execute(
-            "SELECT member, metric, value FROM member_metrics WHERE round = 0"):
-        members.setdefault(member, {})[metric] = value
-    ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier FROM rounds "
-                     "WHERE round = 0").fetchone()
-    db.close()
-    print(f"\nFull labels ({'600' if quick else '60,000'} training images, {epochs} epochs, "
-          f"test {'500' if quick else '10,000'}; {seconds:.0f} s)")
-    print(f"{'model':<18} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
-    for name, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
-        print(f"{name:<18} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
-              f"{m['brier']:>7.4f}")
-    print(f"{'ensemble (mean)':<18} {ens[0]:>8.4f} {ens[1]:>7.4f} {ens[2]:>7.4f} {ens[3]:>7.4f}")
-    return {"members": members, "ensemble": {"accuracy": ens[0], "nll": ens[1], "ece": ens[2],
-                                             "brier": ens[3]}, "seconds": seconds}
+    stem = os.path.splitext(os.path.basename(base))[0]
+    runs = []
+    for seed in range(seeds):
+        text = config_text(f"full-{stem}-{epochs}-{seed}", store, 1, epochs=epochs, seed=seed,
+                           members=2 if quick else None, base=base)
+        text = re.sub(r'^strategy = "\w+"', 'strategy = "entropy"', text, count=1, flags=re.M)
+        t0 = time.perf_counter()
+        db = run_loop(cohort, scratch, f"full-{stem}-{epochs}-{seed}", text)
+        seconds = time.perf_counter() - t0
+        members = {}
+        for member, metric, value in db.execute(
+                "SELECT member, metric, value FROM member_metrics WHERE round = 0"):
+            members.setdefault(member, {})[metric] = value
+        for member, metrics_json in db.execute(
+                "SELECT member, metrics_json FROM attempts WHERE round = 0 AND status = 'done'"):
+            if member in members and metrics_json:
+                members[member]["parameters"] = json.loads(metrics_json).get("parameters")
+        ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier FROM rounds "
+                         "WHERE round = 0").fetchone()
+        db.close()
+        ensemble = {"accuracy": ens[0], "nll": ens[1], "ece": ens[2], "brier": ens[3]}
+        print(f"\nFull labels, seed {seed} ({'600' if quick else '60,000'} training images, "
+              f"{epochs} epochs, test {'500' if quick else '10,000'}, {stem}; {seconds:.0f} s)")
+        print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
+        for name, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
+            print(f"{name:<18} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
+                  f"{m['nll']:>7.4f} {m['ece']:>7.4f} {m['brier']:>7.4f}")
+        print(f"{'ensemble (mean)':<18} {'':>7} {ensemble['accuracy']:>8.4f} "
+              f"{ensemble['nll']:>7.4f} {ensemble['ece']:>7.4f} {ensemble['brier']:>7.4f}")
+        for metric in ("nll", "ece"):
+            best = min(m[metric] for m in members.values())
+            verdict = "below" if ensemble[metric] < best else "NOT below"
+            print(f"  ensemble {metric} {ensemble[metric]:.4f} is {verdict} every member's "
+                  f"(best {best:.4f})")
+        runs.append({"members": members, "ensemble": ensemble, "seconds": seconds})
+    if seeds > 1:
+        print(f"\nFull labels, mean of {seeds} seeds")
+        print(f"{'model':<18} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
+        rows = {name: {k: sum(r["members"][name][k] for r in runs) / seeds
+                       for k in ("accuracy", "nll", "ece", "brier")}
+                for name in runs[0]["members"]}
+        rows["ensemble (mean)"] = {k: sum(r["ensemble"][k] for r in runs) / seeds
+                                   for k in ("accuracy", "nll", "ece", "brier")}
+        for name, m in sorted(rows.items(), key=lambda kv: -kv[1]["accuracy"]):
+            print(f"{name:<18} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
+                  f"{m['brier']:>7.4f}")
+    return {"config": base, "epochs": epochs, "seeds": runs}
 
 
 def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, members=None,
-                    epochs=None, patience=None):
+                    epochs=None, patience=None, base=EXAMPLE):
     start = 300 if quick else start
     store = os.path.join(scratch, f"store-al-{start}")
     if quick:
@@ -108,16 +137,21 @@ def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, m
     else:
         build_store(cohort, store, start, 60000 - start, 10000, reuse=True)
     curves, acquire_s = {}, {}
+    stem = os.path.splitext(os.path.basename(base))[0]
     # Interleaved: every variant's seed s runs before any variant's seed s + 1.
     for seed in range(seeds):
         for variant in variants:
             strategy, settings = parse_variant(variant)
-            name = "al-" + re.sub(r"[^a-z0-9_.-]+", "-", variant) + f"-{start}-{k}-{seed}"
+            # The name holds everything that changes the run: an earlier run of it is resumed.
+            name = ("al-" + ("" if base == EXAMPLE else stem + "-") +
+                    re.sub(r"[^a-z0-9_.-]+", "-", variant) + f"-{start}-{k}" +
+                    (f"-e{epochs}" if epochs else "") + (f"-p{patience}" if patience else "") +
+                    (f"-m{members}" if members else "") + f"-{seed}")
             defaults = ({"validation_fraction": 0.1, "patience": patience}
                         if patience is not None else None)
             text = config_text(name, store, rounds, strategy=strategy, seed=seed,
                                epochs=1 if quick else epochs, members=2 if quick else members,
-                               k=200 if quick else k, defaults=defaults)
+                               k=200 if quick else k, defaults=defaults, base=base)
             passes = settings.pop("dropout_passes", None)
             if passes is not None:
                 text = re.sub(r'^(model = ".*dropout.*"\n)', lambda m: m.group(1) +
@@ -169,6 +203,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs-full", type=int, default=15)
+    ap.add_argument("--config", default=EXAMPLE,
+                    help="the members and defaults to use, a loop.toml laid out like the "
+                         "example's (default examples/fashion-mnist/loop.toml)")
     ap.add_argument("--cohort", default=os.path.join(REPO, "build", "src", "cli", "cohort"))
     ap.add_argument("--scratch", default=os.path.join(REPO, "build", "quality"))
     ap.add_argument("--json", help="write the results here")
@@ -177,7 +214,7 @@ def main():
                     help="strategies, each with optional [acquisition] settings (see above)")
     ap.add_argument("--start", type=int, default=1000, help="labels the loop starts with")
     ap.add_argument("--k", type=int, default=1000, help="labels added per round")
-    ap.add_argument("--members", type=int, help="the example's first N members only (AL part)")
+    ap.add_argument("--members", type=int, help="the config's first N members only (AL part)")
     ap.add_argument("--epochs", type=int, help="epochs per round in the AL part (default 5)")
     ap.add_argument("--patience", type=int,
                     help="AL part: early stopping on a 10%% validation split with this patience")
@@ -190,7 +227,8 @@ def main():
     if a.quick:
         a.rounds, a.seeds, a.epochs_full = 2, 1, 1
     if "full" in parts:
-        results["full"] = full_labels(cohort, scratch, a.epochs_full, a.quick)
+        results["full"] = full_labels(cohort, scratch, a.epochs_full, a.seeds, a.quick,
+                                      os.path.abspath(a.config))
     if "al" in parts:
         variants = [v for v in a.variants.split(",") if v]
         # "bald:selection=softrank,temperature=2" holds commas: a setting joins its variant.
@@ -201,7 +239,8 @@ def main():
             else:
                 joined.append(v)
         results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick, joined,
-                                        a.start, a.k, a.members, a.epochs, a.patience)
+                                        a.start, a.k, a.members, a.epochs, a.patience,
+                                        os.path.abspath(a.config))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

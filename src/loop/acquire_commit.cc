@@ -61,13 +61,20 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   // Per-sample strategies score the files a block at a time (loop/prediction_stream.h);
   // BatchBALD and regression runs stack them whole.
   StackedPredictions stacked;
-  if (c.task.regression) {
+  // A random round reads no predictions: its members did not predict the pool (controller.cc,
+  // RoundReadsPoolPredictions), and every sample scores 0 (the seeded tie-break draws the picks).
+  const bool random = acquisition.StrategyOfRound(round) == "random";
+  if (random) {
+    // nothing to stack
+  } else if (c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(stacked, StackPredictions(files, rows, c.task));
   } else if (batchbald) {
     COHORT_ASSIGN_OR_RETURN(stacked, StackPoolSamples(samples_files, rows, c.classes));
   }
   std::vector<double> scores;
-  if (c.task.regression) {
+  if (random) {
+    scores.assign(rows, 0.0);
+  } else if (c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
                                                                  stacked.samples, stacked.outputs));
     COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));

@@ -187,6 +187,19 @@ TEST(LoopConfigTest, ExampleParses) {
   EXPECT_EQ(c->members[0].train.optimizer.name, "adam");
 }
 
+TEST(LoopConfigTest, CnnEnsembleExampleParses) {
+  const fs::path example = fs::path(COHORT_SOURCE_DIR) / "examples/fashion-mnist/cnn-ensemble.toml";
+  auto c = LoadLoopConfig(example.string());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->members.size(), 8u);
+  for (const auto& m : c->members) {
+    EXPECT_NE(m.train.model.find("conv2d"), std::string::npos) << m.name;
+    EXPECT_NE(m.train.model.find("batchnorm"), std::string::npos) << m.name;
+    EXPECT_TRUE(m.train.augment.flip) << m.name;
+    EXPECT_EQ(m.train.schedule.name, "cosine") << m.name;
+  }
+}
+
 TEST(LoopConfigTest, MissingFile) {
   auto c = LoadLoopConfig("/nonexistent/loop.toml");
   ASSERT_FALSE(c.ok());

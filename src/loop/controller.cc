@@ -56,6 +56,13 @@ bool StepsReadPredictions(const LoopConfig& config) {
          });
 }
 
+// Whether round `round`'s members predict the pool. A round that acquires at random and runs
+// no step but the acquisition picks without them, so it skips the pool pass, most of a
+// round's prediction cost (cold-start rounds, random baselines): its picks are the same.
+bool RoundReadsPoolPredictions(const LoopConfig& config, int64_t round) {
+  return config.acquisition.StrategyOfRound(round) != "random" || HasCommandSteps(config);
+}
+
 // How many generations a round may commit: one per update step at most.
 uint64_t CommitsPerRound(const LoopConfig& config) {
   return HasCommandSteps(config) ? config.updates.size() : 1;
@@ -504,22 +511,23 @@ Status Controller::TrainMembers(int64_t round, uint64_t generation, bool retry_f
   COHORT_RETURN_IF_ERROR(RecheckFinishedAttempts(round, t));
   COHORT_ASSIGN_OR_RETURN(auto attempts, journal.AttemptsOfRound(run_.run.id, round));
   *results = ResultsFromAttempts(config_, attempts);
-  const bool last = KnownLastRound(config_, StateOf(round, t));
+  const bool predict_pool =
+      !KnownLastRound(config_, StateOf(round, t)) && RoundReadsPoolPredictions(config_, round);
   std::vector<MemberResult> previous;
   std::vector<AttemptRecord> previous_attempts;
   if (round > 0) {
     COHORT_ASSIGN_OR_RETURN(previous_attempts, journal.AttemptsOfRound(run_.run.id, round - 1));
     previous = ResultsFromAttempts(config_, previous_attempts);
   }
-  MemberPlan plan =
-      PlanMembers(config_, attempts, retry_failed, !last, previous, run_.paths.root, results);
+  MemberPlan plan = PlanMembers(config_, attempts, retry_failed, predict_pool, previous,
+                                run_.paths.root, results);
   if (!retry_failed &&
       static_cast<int64_t>(CountDone(*results) + plan.tasks.size()) < config_.failure.min_members) {
     // The round had failed already, though the journal could not say so (its disk was full,
     // the controller died right then): this start retries it, as rerunning a failed round
     // does, instead of failing it again on attempts already counted.
     *results = ResultsFromAttempts(config_, attempts);
-    plan = PlanMembers(config_, attempts, true, !last, previous, run_.paths.root, results);
+    plan = PlanMembers(config_, attempts, true, predict_pool, previous, run_.paths.root, results);
   }
 
   // A round with journalled attempts is one a stopped controller left: say what goes on.
@@ -698,7 +706,8 @@ Result<bool> Controller::FinishRound(int64_t round, uint64_t generation,
   }
 
   std::vector<MemberResult> with_pool = results;
-  if (decision.k > 0 || StepsReadPredictions(config_)) {
+  if ((decision.k > 0 && RoundReadsPoolPredictions(config_, round)) ||
+      StepsReadPredictions(config_)) {
     COHORT_RETURN_IF_ERROR(PredictMissingPool(round, generation, &with_pool));
   }
   if (HasCommandSteps(config_)) {

@@ -10,6 +10,8 @@
 #include <map>
 
 #include "common/file_util.h"
+#include "loop/acquire_commit.h"
+#include "loop/acquisition.h"
 #include "loop/fake_process_host.h"
 #include "loop/fake_worker.h"
 #include "loop/journal.h"
@@ -321,6 +323,38 @@ TEST_F(ControllerTest, ATwiceInterruptedRoundResumesToTheSameEndAsAnUninterrupte
     auto again = *j2->AcquisitionsOf(1, r);
     ASSERT_EQ(again.size(), picks[r].size());
     for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].sample_id, picks[r][i].sample_id);
+  }
+}
+
+TEST_F(ControllerTest, ARandomRoundSkipsThePoolPassAndPicksTheSeededDraw) {
+  // Round 0 acquires at random (the cold start), round 1 by bald, round 2 is the last.
+  std::string text = testing::LoopConfigText(dir_ + "/source", 2, 2, "[stop]\nmax_rounds = 3\n");
+  const std::string entropy = "strategy = \"entropy\"\n";
+  text.replace(text.find(entropy), entropy.size(),
+               "strategy = \"bald\"\nseed = 5\ncold_start_rounds = 1\n");
+  std::ofstream(dir_ + "/loop.toml") << text;
+  auto outcome = Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  ASSERT_EQ(Rounds().size(), 3u);
+  for (const std::string member : {"m0", "m1"}) {
+    for (int64_t round : {0, 1, 2}) {
+      auto attempts = AttemptsOf(round, member);
+      ASSERT_EQ(attempts.size(), 1u);
+      const bool pool =
+          attempts[0].predictions_json.value_or("").find("\"pool\"") != std::string::npos;
+      EXPECT_EQ(pool, round == 1) << member << " round " << round;
+    }
+  }
+  // The picks are the seeded draw over equal scores, as when the pool was predicted.
+  auto snap = store::Snapshot::Open(dir_ + "/runs/t/store", Rounds()[0].input_generation);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  const std::vector<uint64_t> pool = (*(*snap)->table("pool"))->Ids();
+  auto drawn = SelectBatch(std::vector<double>(pool.size(), 0.0), 2, RoundSeed(5, 0), {}, {});
+  ASSERT_TRUE(drawn.ok());
+  auto picks = *OpenJournal()->AcquisitionsOf(1, 0);
+  ASSERT_EQ(picks.size(), 2u);
+  for (size_t i = 0; i < picks.size(); ++i) {
+    EXPECT_EQ(static_cast<uint64_t>(picks[i].sample_id), pool[static_cast<size_t>((*drawn)[i])]);
   }
 }
 
