@@ -236,6 +236,13 @@ class BadInput(CohortCase):
             self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
             self.assertTrue(proc.stderr.startswith("cohort: error:"), proc.stderr)
         self.assertEqual(self.cohort("--help").returncode, 0)
+        # predict has two forms: the ensemble's help names the one-checkpoint form's options,
+        # and that form has its own help.
+        ensemble = self.cohort("predict", "--help").stdout
+        self.assertIn("cohort predict --checkpoint C --store S --table T -o out.npy", ensemble)
+        single = self.cohort("predict", "--checkpoint", "c.pt", "--help").stdout
+        self.assertIn("--precision", single)
+        self.assertNotIn("run_dir", single)
 
     def test_store_and_generation_errors(self):
         self.fails("data", "info", os.path.join(self.dir, "missing"), mentions=["missing does not exist"])

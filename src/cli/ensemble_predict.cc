@@ -328,6 +328,12 @@ void AddEnsemblePredictCommand(CLI::App& app, std::function<Status()>* run) {
       "Apply a run's ensemble to new data: mean probabilities, predicted class and uncertainty "
       "(regression: mean and aleatoric, epistemic and total variance; cohort predict "
       "--checkpoint C ... applies one checkpoint)");
+  // The one-checkpoint form is cohort-member's (main.cc): its options are not this parser's.
+  cmd->footer(
+      "One checkpoint instead of a run's ensemble:\n"
+      "  cohort predict --checkpoint C --store S --table T -o out.npy [--precision P] "
+      "[--device D] [--threads N]\n"
+      "  (cohort predict --checkpoint C --help lists its options)");
   cmd->add_option("run_dir", o->run_dir, "the run directory (runs/NAME)")->required();
   cmd->add_option("--round", o->round,
                   "the round whose members predict (default: the last "
