@@ -16,25 +16,16 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from example_config import bench_main, executable, run  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "diabetes")
 PROG = "diabetes_bench"
 
-
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        fail(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-    return proc
 
 
 def config(name, store, strategy, seed, rounds):
@@ -60,9 +51,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.seeds, a.rounds, a.strategies = 1, 2, "variance,random"
-    cohort = os.path.abspath(a.cohort)
-    if not os.access(cohort, os.X_OK):
-        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
     strategies = [s for s in a.strategies.split(",") if s]
     scratch = os.path.abspath(a.scratch)
     os.makedirs(scratch, exist_ok=True)
@@ -102,4 +91,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_main(PROG, main)

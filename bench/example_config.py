@@ -1,5 +1,6 @@
-"""The Fashion-MNIST example's loop config (examples/fashion-mnist/loop.toml) and store, varied
-for the benchmarks: one place for loop_bench.py and quality.py."""
+"""The benchmarks' shared parts: running cohort and failing with one line (every bench/*.py),
+and the Fashion-MNIST example's loop config (examples/fashion-mnist/loop.toml) and store,
+varied for loop_bench.py and quality.py."""
 import os
 import re
 import shutil

@@ -24,6 +24,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from example_config import BenchError, bench_main, executable, run  # noqa: E402
+
 PROG = "scale_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,15 +56,6 @@ heartbeat_timeout_s = 600
 """
 
 
-def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        fail(f"{' '.join(argv[:4])} ... exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
 
 
 def build_store(cohort, path, pool):
@@ -111,8 +105,8 @@ def measure(cohort, scratch, pool):
             peak = max(peak, rss)
         time.sleep(0.1)
     if proc.returncode != 0:
-        fail(f"cohort run with a pool of {pool} exited {proc.returncode}: "
-             f"{proc.stderr.read().strip()[-300:]}")
+        raise BenchError(f"cohort run with a pool of {pool} exited {proc.returncode}: "
+                         f"{proc.stderr.read().strip()[-300:]}")
     db = sqlite3.connect(f"file:{work}/runs/scale/run.db?mode=ro", uri=True)
     r = db.execute("SELECT acquire_s, label_s, commit_s, train_s, predict_s, "
                    "(julianday(ended_at) - julianday(started_at)) * 86400 FROM rounds "
@@ -132,9 +126,7 @@ def main():
     ap.add_argument("--scratch", default=os.path.join(REPO, "build", "scale"))
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    cohort = os.path.abspath(a.cohort)
-    if not os.access(cohort, os.X_OK):
-        fail(f"{cohort}: not an executable (build first, or pass --cohort)")
+    cohort = executable(a.cohort)
     sizes = [2000] if a.quick else [int(s) for s in a.sizes.split(",") if s]
     os.makedirs(a.scratch, exist_ok=True)
     print(f"{'pool_rows':>10} {'acquire_s':>10} {'label_s':>8} {'commit_s':>9} "
@@ -148,4 +140,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_main(PROG, main)
