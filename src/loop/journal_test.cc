@@ -41,6 +41,17 @@ RunStart SampleRun(const std::string& name = "fmnist") {
   return RunStart{name, "[run]\nname = \"" + name + "\"\n", "fp-1234", "/data/store", 7};
 }
 
+// Runs `sql` (several statements may follow one another) on a plain SQLite connection to
+// `path`, as another program editing the journal would: an old schema, a foreign database.
+void RawExec(const std::string& path, const char* sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const int rc = sqlite3_exec(raw, sql, nullptr, nullptr, nullptr);
+  const std::string error = sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+  ASSERT_EQ(rc, SQLITE_OK) << error;
+}
+
 // Runs `sql` on a plain SQLite connection to `path` and returns the first column of the first
 // row as text.
 std::string QueryOne(const std::string& path, const std::string& sql) {
@@ -387,10 +398,7 @@ TEST(JournalTest, SecondConnectionReadsWhileFirstWrites) {
 TEST(JournalTest, RefusesNewerSchemaVersion) {
   std::string path = ScratchDir() + "/run.db";
   { ASSERT_NE(MustOpen(path), nullptr); }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, "PRAGMA user_version = 99"));
   auto j = Journal::Open(path);
   ASSERT_FALSE(j.ok());
   EXPECT_TRUE(j.status().IsInvalidArgument()) << j.status().ToString();
@@ -401,10 +409,7 @@ TEST(JournalTest, RefusesNewerSchemaVersion) {
 
 TEST(JournalTest, RefusesForeignDatabase) {
   std::string path = ScratchDir() + "/run.db";
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE t (x)", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, "CREATE TABLE t (x)"));
   auto j = Journal::Open(path);
   ASSERT_FALSE(j.ok());
   EXPECT_TRUE(j.status().IsInvalidArgument()) << j.status().ToString();
@@ -647,8 +652,6 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
     int64_t run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
   }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   const char* to_v1 = R"sql(
     PRAGMA foreign_keys = OFF;
     DROP TABLE attempts;
@@ -673,8 +676,7 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
     ALTER TABLE rounds DROP COLUMN test_calibration;
     PRAGMA user_version = 1;
   )sql";
-  ASSERT_EQ(sqlite3_exec(raw, to_v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v1));
 
   auto j = MustOpen(path);
   ASSERT_NE(j, nullptr);
@@ -707,14 +709,11 @@ TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
     ASSERT_TRUE(j->BeginAttempt(AttemptStart{run, 0, "a", 1, "cpu:0", 0, ""}).ok());
   }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   const char* to_v2 =
       "ALTER TABLE attempts DROP COLUMN node; ALTER TABLE attempts DROP COLUMN gpus; "
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
       "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 2;";
-  ASSERT_EQ(sqlite3_exec(raw, to_v2, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v2));
 
   auto j = MustOpen(path);
   ASSERT_NE(j, nullptr);
@@ -739,13 +738,10 @@ TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
     int64_t run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
   }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   const char* to_v3 =
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
       "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 3;";
-  ASSERT_EQ(sqlite3_exec(raw, to_v3, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v3));
 
   auto j = MustOpen(path);
   ASSERT_NE(j, nullptr);
@@ -778,11 +774,8 @@ TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
     int64_t run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
   }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   const char* to_v4 = "DROP TABLE update_steps; PRAGMA user_version = 4;";
-  ASSERT_EQ(sqlite3_exec(raw, to_v4, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-  sqlite3_close(raw);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v4));
 
   auto j = MustOpen(path);
   ASSERT_NE(j, nullptr);
