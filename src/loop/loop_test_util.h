@@ -1,5 +1,5 @@
-// Helpers shared by the loop's unit tests: a small three-table store, loop.toml texts, and an
-// observer that records what the scheduler reported.
+// Helpers shared by the loop's unit tests: a small three-table store, loop.toml texts, two
+// members' predictions, and an observer that records what the scheduler reported.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loop/acquisition.h"
 #include "loop/config.h"
 #include "loop/progress.h"
 #include "store/store.h"
@@ -89,6 +90,23 @@ class RecordingObserver : public ProgressObserver {
     events.push_back(std::string(what) + " " + a.member_name + "#" + std::to_string(a.attempt) +
                      (why.empty() ? "" : ": " + why));
   }
+};
+
+// Two members' probabilities over three classes, one inner vector per sample, stacked member
+// after member as the loop stacks prediction files, and their view (it points into `data`, so
+// the object is not copied).
+struct TwoMemberPredictions {
+  std::vector<float> data;
+  EnsemblePredictions view;
+  TwoMemberPredictions(const std::vector<std::vector<float>>& member_a,
+                       const std::vector<std::vector<float>>& member_b) {
+    for (const auto* member : {&member_a, &member_b}) {
+      for (const auto& row : *member) data.insert(data.end(), row.begin(), row.end());
+    }
+    view = *MakeEnsemblePredictions(data, 2, static_cast<int64_t>(member_a.size()), 3);
+  }
+  TwoMemberPredictions(const TwoMemberPredictions&) = delete;
+  TwoMemberPredictions& operator=(const TwoMemberPredictions&) = delete;
 };
 
 }  // namespace cohort::loop::testing

@@ -2,21 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "loop/loop_test_util.h"
+
 namespace cohort::loop {
 namespace {
 
-// Two members, three classes; each sample's rows are written member after member.
-struct Fixture {
-  std::vector<float> data;
-  EnsemblePredictions view;
-  Fixture(const std::vector<std::vector<float>>& member_a,
-          const std::vector<std::vector<float>>& member_b) {
-    for (const auto* member : {&member_a, &member_b}) {
-      for (const auto& row : *member) data.insert(data.end(), row.begin(), row.end());
-    }
-    view = *MakeEnsemblePredictions(data, 2, static_cast<int64_t>(member_a.size()), 3);
-  }
-};
+using Fixture = testing::TwoMemberPredictions;
 
 std::vector<int64_t> Samples(const std::vector<SuspectLabel>& suspects) {
   std::vector<int64_t> out;
