@@ -28,6 +28,10 @@ out 10% of the round's train table and stops after that many epochs without a be
 validation loss (keeping its best epoch), --epochs being the most it trains: members fit to
 the table they have instead of a fixed 5 epochs for 500 and 5,000 labels alike.
 
+Each run is named after its settings (not --rounds) and lives in the scratch directory: running
+the same command again resumes the runs, and a larger --rounds extends them (a stop rule is
+a change a resume allows, docs/config.md).
+
 Prints tables (and writes them as JSON with --json); asserts nothing.
 """
 import argparse
@@ -130,7 +134,7 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base):
 
 def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, members=None,
                     epochs=None, patience=None, base=EXAMPLE):
-    start = 300 if quick else start
+    start, k = (300, 200) if quick else (start, k)
     store = os.path.join(scratch, f"store-al-{start}")
     if quick:
         build_store(cohort, store, 300, 1500, 500, reuse=True)
@@ -151,7 +155,7 @@ def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, m
                         if patience is not None else None)
             text = config_text(name, store, rounds, strategy=strategy, seed=seed,
                                epochs=1 if quick else epochs, members=2 if quick else members,
-                               k=200 if quick else k, defaults=defaults, base=base)
+                               k=k, defaults=defaults, base=base)
             passes = settings.pop("dropout_passes", None)
             if passes is not None:
                 text = re.sub(r'^(model = ".*dropout.*"\n)', lambda m: m.group(1) +
