@@ -57,7 +57,7 @@ MEMBERS = [
 
 def write_config(dir, name="loop", members=MEMBERS, devices=2, rounds=3, k=100, strategy="bald",
                  epochs=2, extra_member="", failure="", stop="", source=None, top="", oracle="",
-                 heartbeat_timeout=20):
+                 heartbeat_timeout=20, acquisition=""):
     os.makedirs(dir, exist_ok=True)
     devs = ", ".join(f'"cpu:{i}"' for i in range(devices))
     text = f'''name = "{name}"
@@ -81,7 +81,7 @@ standardize = true
 strategy = "{strategy}"
 batch_size = {k}
 seed = 7
-
+{acquisition}
 {oracle}
 [stop]
 max_rounds = {rounds}
@@ -91,6 +91,20 @@ heartbeat_timeout_s = {heartbeat_timeout * TIME_SCALE:g}
 {failure}
 '''
     path = os.path.join(dir, "loop.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def edit_config(path, *edits):
+    """Applies (old, new) replacements to the config at `path`. Each `old` must be there: a
+    replacement that matched nothing would leave a test testing something else."""
+    with open(path) as f:
+        text = f.read()
+    for old, new in edits:
+        if old not in text:
+            raise AssertionError(f"{path}: {old!r} is not in the config")
+        text = text.replace(old, new)
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -481,15 +495,9 @@ class BatchAcquisition(LoopCase):
     """Cold start, a stochastic batch and augmented members (docs/acquisition.md)."""
 
     def config(self, d, augment="augment = { shift = 2, flip = true, erase = 0.25 }"):
-        path = write_config(d, rounds=3, k=100, strategy="bald", epochs=1, devices=2)
-        with open(path) as f:
-            text = f.read()
-        text = text.replace('name = "cnn-c"\n', f'name = "cnn-c"\n{augment}\n')
-        text = text.replace("seed = 7\n", 'seed = 7\nselection = "softrank"\n'
-                                           "cold_start_rounds = 1\n")
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+        path = write_config(d, rounds=3, k=100, strategy="bald", epochs=1, devices=2,
+                            acquisition='selection = "softrank"\ncold_start_rounds = 1\n')
+        return edit_config(path, ('name = "cnn-c"\n', f'name = "cnn-c"\n{augment}\n'))
 
     def picks(self, run_dir):
         db = journal(run_dir)
@@ -526,15 +534,10 @@ class BatchBaldAndDropoutPasses(LoopCase):
     "BatchBALD", docs/config.md dropout_passes)."""
 
     def config(self, d, passes=4):
-        path = write_config(d, rounds=2, k=20, strategy="batchbald", epochs=1, devices=2)
-        with open(path) as f:
-            text = f.read()
-        text = text.replace('name = "mlp-b"\n', f'name = "mlp-b"\ndropout_passes = {passes}\n')
-        text = text.replace("seed = 7\n", "seed = 7\nbatchbald_samples = 200\n"
-                                           "batchbald_candidates = 300\n")
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+        path = write_config(d, rounds=2, k=20, strategy="batchbald", epochs=1, devices=2,
+                            acquisition="batchbald_samples = 200\nbatchbald_candidates = 300\n")
+        return edit_config(path,
+                           ('name = "mlp-b"\n', f'name = "mlp-b"\ndropout_passes = {passes}\n'))
 
     def test_picks_start_at_bald_over_every_pass_and_repeat_exactly(self):
         a, b = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
@@ -598,12 +601,8 @@ class BatchBaldAndDropoutPasses(LoopCase):
         self.assertEqual([tuple(r) for r in first], [tuple(r) for r in again])
 
     def test_passes_of_a_member_without_dropout_are_refused(self):
-        path = self.config(self.dir)
-        with open(path) as f:
-            text = f.read()
-        with open(path, "w") as f:
-            f.write(text.replace("dropout_passes = 4", "").replace(
-                'name = "mlp-a"\n', 'name = "mlp-a"\ndropout_passes = 3\n'))
+        path = edit_config(self.config(self.dir), ("dropout_passes = 4", ""),
+                           ('name = "mlp-a"\n', 'name = "mlp-a"\ndropout_passes = 3\n'))
         proc = self.run_loop(path, expect=1)
         self.assertIn("member[1].dropout_passes: mlp-a's model 'dense 32 relu, dense 10' has no "
                       "dropout layer", proc.stderr)
@@ -647,11 +646,8 @@ class PoolSample(LoopCase):
     the pool each round (docs/acquisition.md)."""
 
     def test_members_predict_only_the_sample_and_the_picks_come_from_it(self):
-        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
-        with open(path) as f:
-            text = f.read()
-        with open(path, "w") as f:
-            f.write(text.replace("seed = 7\n", "seed = 7\npool_sample = 200\n"))
+        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2,
+                            acquisition="pool_sample = 200\n")
         self.run_loop(path)
         run = os.path.join(self.dir, "runs", "loop")
         db = journal(run)
@@ -684,11 +680,8 @@ class PoolSample(LoopCase):
         self.assertEqual(picks[0], sample_ids[int(np.argmax(bald))])
 
     def test_pool_sample_below_the_batch_is_refused(self):
-        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
-        with open(path) as f:
-            text = f.read()
-        with open(path, "w") as f:
-            f.write(text.replace("seed = 7\n", "seed = 7\npool_sample = 20\n"))
+        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2,
+                            acquisition="pool_sample = 20\n")
         proc = self.run_loop(path, expect=1)
         self.assertIn("acquisition.pool_sample: 20 is below batch_size 30", proc.stderr)
 
@@ -698,13 +691,10 @@ class Precision(LoopCase):
     its checkpoint says so; pool_precision = "bf16" scores only the pool in bfloat16."""
 
     def test_members_predict_in_the_precision_they_are_given(self):
-        path = write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2)
-        with open(path) as f:
-            text = f.read()
-        text = text.replace('seed = 2\n', 'seed = 2\npool_precision = "bf16"\n')
-        text = text.replace('seed = 3\n', 'seed = 3\nprecision = "bf16"\n')
-        with open(path, "w") as f:
-            f.write(text)
+        path = edit_config(
+            write_config(self.dir, rounds=2, k=30, strategy="bald", epochs=1, devices=2),
+            ('seed = 2\n', 'seed = 2\npool_precision = "bf16"\n'),
+            ('seed = 3\n', 'seed = 3\nprecision = "bf16"\n'))
         self.run_loop(path)
         run = os.path.join(self.dir, "runs", "loop")
         db = journal(run)
