@@ -59,28 +59,24 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   const AcquisitionConfig& acquisition = c.config->acquisition;
   const bool batchbald = acquisition.StrategyOfRound(round) == "batchbald";
   // Per-sample strategies score the files a block at a time (loop/prediction_stream.h);
-  // BatchBALD and regression runs stack them whole.
-  StackedPredictions stacked;
-  // A random round reads no predictions: its members did not predict the pool (controller.cc,
-  // RoundReadsPoolPredictions), and every sample scores 0 (the seeded tie-break draws the picks).
+  // BatchBALD and regression runs stack them whole; a random round reads none, its members did
+  // not predict the pool (controller.cc, RoundReadsPoolPredictions).
   const bool random = acquisition.StrategyOfRound(round) == "random";
-  if (random) {
-    // nothing to stack
-  } else if (c.task.regression) {
+  StackedPredictions stacked;
+  if (!random && c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(stacked, StackPredictions(files, rows, c.task));
-  } else if (batchbald) {
+  } else if (!random && batchbald) {
     COHORT_ASSIGN_OR_RETURN(stacked, StackPoolSamples(samples_files, rows, c.classes));
   }
   std::vector<double> scores;
-  if (random) {
+  if (random || (batchbald && !c.task.regression)) {
+    // random: every sample scores 0 and the seeded tie-break draws the picks. BatchBALD:
+    // SelectBatchBald scores BALD itself; the journal keeps the picks' gains, set below.
     scores.assign(rows, 0.0);
   } else if (c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
                                                                  stacked.samples, stacked.outputs));
     COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));
-  } else if (batchbald) {
-    // SelectBatchBald scores BALD itself; the journal keeps the picks' gains, set below.
-    scores.assign(rows, 0.0);
   } else {
     COHORT_ASSIGN_OR_RETURN(
         scores, StreamScores(acquisition.StrategyOfRound(round), samples_files, rows, c.classes));
