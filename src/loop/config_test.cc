@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "loop/acquisition.h"
@@ -192,12 +193,18 @@ TEST(LoopConfigTest, CnnEnsembleExampleParses) {
   auto c = LoadLoopConfig(example.string());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_EQ(c->members.size(), 8u);
+  std::set<std::string> models;
+  int augmented = 0;
   for (const auto& m : c->members) {
     EXPECT_NE(m.train.model.find("conv2d"), std::string::npos) << m.name;
-    EXPECT_NE(m.train.model.find("batchnorm"), std::string::npos) << m.name;
-    EXPECT_TRUE(m.train.augment.flip) << m.name;
     EXPECT_EQ(m.train.schedule.name, "cosine") << m.name;
+    models.insert(m.train.model);
+    augmented += m.train.augment.enabled();
   }
+  // The members differ on purpose (the file says why): no two share a model, some augment.
+  EXPECT_EQ(models.size(), 8u);
+  EXPECT_GT(augmented, 0);
+  EXPECT_LT(augmented, 8);
 }
 
 TEST(LoopConfigTest, MissingFile) {
