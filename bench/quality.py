@@ -16,7 +16,7 @@
       --variants random,bald,bald:selection=softrank,bald:cold_start_rounds=2
   bench/quality.py --part al --patience 3 --epochs 30 ...   # early stopping per round
   bench/quality.py --part full --config examples/fashion-mnist/cnn-ensemble.toml \
-      --epochs-full 10 --seeds 3  # 8 small CNNs with augmentation
+      --epochs-full 10 --seeds 3  # 8 small CNNs that differ
   bench/quality.py --quick        # smoke: tiny store, 2 members, 1 seed, 2 rounds
 
 A variant is a strategy with optional [acquisition] settings after a colon, comma-separated
