@@ -27,7 +27,6 @@ EXAMPLE = os.path.join(REPO, "examples", "diabetes")
 PROG = "diabetes_bench"
 
 
-
 def config(name, store, strategy, seed, rounds):
     with open(os.path.join(EXAMPLE, "loop.toml")) as f:
         text = f.read()

@@ -86,11 +86,12 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base):
     stem = os.path.splitext(os.path.basename(base))[0]
     runs = []
     for seed in range(seeds):
-        text = config_text(f"full-{stem}-{epochs}-{seed}", store, 1, epochs=epochs, seed=seed,
+        name = f"full-{stem}-{epochs}-{seed}"
+        text = config_text(name, store, 1, epochs=epochs, seed=seed,
                            members=2 if quick else None, base=base)
         text = re.sub(r'^strategy = "\w+"', 'strategy = "entropy"', text, count=1, flags=re.M)
         t0 = time.perf_counter()
-        db = run_loop(cohort, scratch, f"full-{stem}-{epochs}-{seed}", text)
+        db = run_loop(cohort, scratch, name, text)
         seconds = time.perf_counter() - t0
         members = {}
         for member, metric, value in db.execute(

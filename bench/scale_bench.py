@@ -56,8 +56,6 @@ heartbeat_timeout_s = 600
 """
 
 
-
-
 def build_store(cohort, path, pool):
     rng = np.random.default_rng(pool)
     shutil.rmtree(path, ignore_errors=True)
