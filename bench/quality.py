@@ -225,6 +225,8 @@ def main():
                     help="AL part: early stopping on a 10%% validation split with this patience")
     a = ap.parse_args()
     cohort = executable(a.cohort)
+    if not os.path.isfile(a.config):
+        raise BenchError(f"{a.config}: no such config (--config)")
     scratch = os.path.abspath(a.scratch)
     os.makedirs(scratch, exist_ok=True)
     parts = [p for p in a.part.split(",") if p]
