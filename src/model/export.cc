@@ -1,31 +1,19 @@
 // ExportMember(): a checkpoint's network as .npy files plus the list of steps that apply them
 // (`cohort export`; python/cohort_ensemble.py is the reader).
 #include <fmt/format.h>
-#include <torch/version.h>
 
 #include <filesystem>
-#include <variant>
 
 #include "model/checkpoint.h"
 #include "model/member.h"
 #include "model/pool.h"
+#include "model/torch_compat.h"
 #include "store/host_array.h"
 #include "store/import.h"
 
 namespace cohort::model {
 
 namespace {
-
-// libtorch's option variants: c10::variant up to 2.0, std::variant since (c10::get_if is gone
-// in 2.x releases, e.g. the CUDA PyTorch 2.11 of the GPU check).
-template <typename T, typename V>
-const T* VariantGetIf(const V* v) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  return std::get_if<T>(v);
-#else
-  return c10::get_if<T>(v);
-#endif
-}
 
 using nlohmann::json;
 

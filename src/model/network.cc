@@ -24,6 +24,22 @@ torch::nn::AnyModule MakeActivation(Activation a) {
   return torch::nn::AnyModule(torch::nn::ReLU());
 }
 
+// Whether max(f(a), f(b)) = f(max(a, b)) for every a, b: f never decreases. GELU and SiLU dip
+// below zero left of it, so they do not qualify.
+bool NonDecreasing(Activation a) {
+  switch (a) {
+    case Activation::kRelu:
+    case Activation::kTanh:
+    case Activation::kSigmoid:
+    case Activation::kElu:
+      return true;
+    case Activation::kGelu:
+    case Activation::kSilu:
+      return false;
+  }
+  return false;
+}
+
 int64_t Product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -56,6 +72,17 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
 
   for (size_t i = 0; i < spec.layers.size(); i++) {
     const LayerSpec& l = spec.layers[i];
+    if (l.kind == LayerKind::kActivation && NonDecreasing(l.activation) &&
+        i + 1 < spec.layers.size() && spec.layers[i + 1].kind == LayerKind::kMaxPool) {
+      // The max-pool first, then the activation: the same outputs (f commutes with max), and
+      // the activation and its gradient touch K*K times fewer values. In a CNN member they were
+      // memory-bound passes over the largest activations (docs/models.md has the figures).
+      layers_->push_back(Pool2d(PoolKind::kMax, spec.layers[i + 1].kernel));
+      layers_->push_back(MakeActivation(l.activation));
+      in = as_seen((*shapes)[i + 1]);
+      i++;
+      continue;
+    }
     const std::vector<int64_t>& out = (*shapes)[i];
     switch (l.kind) {
       case LayerKind::kDense:

@@ -6,6 +6,12 @@
 // uint8 data (BatchTensors does that), and returns (B, outputs) raw outputs (logits, or mean
 // and raw variance for the Gaussian head).
 //
+// The modules follow the spec's layers in order, with one exception: an activation that never
+// decreases (relu, tanh, sigmoid, elu) right before a max-pool runs after it. Outputs are the
+// same, and so are gradients (each window's maximum is the same element either way, except
+// where the activation rounds two inputs to one value); a checkpoint's parameter names do not
+// change, since neither layer has parameters.
+//
 // Thread-safety: a torch module; one thread at a time.
 #pragma once
 

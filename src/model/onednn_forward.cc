@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/torch_compat.h"
+
 namespace cohort::model {
 namespace {
 
@@ -75,6 +77,38 @@ torch::Tensor ConvertBytes(const torch::Tensor& bytes, torch::ScalarType dtype) 
   return out;
 }
 
+// The batch norm whose running statistics, affine parameters (`gamma`, `beta`: undefined when it
+// has none) and epsilon are given, folded into the layer before it, whose outputs' channels are
+// dimension 0 of `weight`: bn(W x + b) = (s W) x + s (b - mean) + beta with
+// s = gamma / sqrt(var + eps), in double and rounded once. `bias` may be undefined.
+struct Folded {
+  torch::Tensor weight;
+  torch::Tensor bias;
+};
+template <typename BatchNorm>
+Folded FoldBatchNorm(const torch::Tensor& weight, const torch::Tensor& bias, const BatchNorm& bn) {
+  const auto d = torch::kDouble;
+  torch::Tensor s = (bn.running_var.to(d) + bn.options.eps()).rsqrt();
+  if (bn.weight.defined()) s = s * bn.weight.detach().to(d);
+  torch::Tensor b = bias.defined() ? bias.detach().to(d) : torch::zeros_like(s);
+  b = (b - bn.running_mean.to(d)) * s;
+  if (bn.bias.defined()) b = b + bn.bias.detach().to(d);
+  std::vector<int64_t> per_channel(static_cast<size_t>(weight.dim()), 1);
+  per_channel[0] = -1;
+  return {(weight.detach().to(d) * s.reshape(per_channel)).to(torch::kFloat), b.to(torch::kFloat)};
+}
+
+// Whether `module` is a batch norm that evaluation computes from running statistics.
+template <typename BatchNorm>
+const BatchNorm* FoldableBatchNorm(const torch::nn::Module* module) {
+  const auto* bn = module == nullptr ? nullptr : module->as<BatchNorm>();
+  if (bn == nullptr || module->is_training() || !bn->options.track_running_stats() ||
+      !bn->running_mean.defined() || bn->running_mean.scalar_type() != torch::kFloat) {
+    return nullptr;
+  }
+  return bn;
+}
+
 }  // namespace
 
 Result<bool> OneDnnEnabledFromEnv() {
@@ -114,8 +148,11 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
   plan.dtype_ = bf16 ? torch::kBFloat16 : torch::kFloat;
   bool any_dense = false;
   bool only_flattened = true;  // no layer but flatten (or dropout) before this one
-  for (const auto& layer : *net->layers()) {
+  const std::vector<torch::nn::AnyModule> layers(net->layers()->begin(), net->layers()->end());
+  for (size_t i = 0; i < layers.size(); i++) {
+    const torch::nn::AnyModule& layer = layers[i];
     const auto& module = layer.ptr();
+    const torch::nn::Module* next = i + 1 < layers.size() ? layers[i + 1].ptr().get() : nullptr;
     Step step;
     if (auto* linear = module->as<torch::nn::Linear>()) {
       if (linear->weight.scalar_type() != torch::kFloat) return std::optional<OneDnnForward>();
@@ -137,12 +174,37 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
         plan.raw_scale_folded_ = fold_scale;
         weight = scaled.to(torch::kFloat);
       }
+      if (const auto* bn = FoldableBatchNorm<torch::nn::BatchNorm1dImpl>(next); bn && !bf16) {
+        Folded folded = FoldBatchNorm(weight, bias, *bn);
+        weight = folded.weight;
+        bias = folded.bias;
+        plan.folded_batch_norms_++;
+        i++;
+      }
       step.weight = weight.to(plan.dtype_).contiguous().to_mkldnn();
       step.bias = bias.to(plan.dtype_).contiguous().to_mkldnn();
       any_dense = true;
       only_flattened = false;
     } else if (module->as<torch::nn::Dropout>() != nullptr) {
       continue;  // the identity in evaluation
+    } else if (const auto* bn = FoldableBatchNorm<torch::nn::BatchNorm2dImpl>(next);
+               bn != nullptr && !bf16 && module->as<torch::nn::Conv2d>() != nullptr &&
+               module->as<torch::nn::Conv2d>()->weight.scalar_type() == torch::kFloat) {
+      const auto* conv = module->as<torch::nn::Conv2d>();
+      Folded folded = FoldBatchNorm(conv->weight, conv->bias, *bn);
+      step.conv_weight = folded.weight.contiguous();
+      step.conv_bias = folded.bias.contiguous();
+      const auto* padding = VariantGetIf<torch::ExpandingArray<2>>(&conv->options.padding());
+      if (padding == nullptr || conv->options.padding_mode().index() != 0) {
+        return std::optional<OneDnnForward>();  // never built by Network; its forward then
+      }
+      step.conv_stride = conv->options.stride();
+      step.conv_padding = *padding;
+      step.conv_dilation = conv->options.dilation();
+      step.conv_groups = conv->options.groups();
+      only_flattened = false;
+      plan.folded_batch_norms_++;
+      i++;
     } else {
       step.module = layer;
       only_flattened = only_flattened && module->as<torch::nn::Flatten>() != nullptr;
@@ -168,6 +230,11 @@ torch::Tensor OneDnnForward::forward(torch::Tensor x) {
       if (!onednn_format) x = x.to(dtype_).contiguous().to_mkldnn();
       onednn_format = true;
       x = at::mkldnn_linear(x, step.weight, step.bias);
+    } else if (step.conv_weight.defined()) {
+      if (onednn_format) x = x.to_dense();
+      onednn_format = false;
+      x = torch::conv2d(x, step.conv_weight, step.conv_bias, step.conv_stride, step.conv_padding,
+                        step.conv_dilation, step.conv_groups);
     } else {
       if (onednn_format) x = x.to_dense();
       onednn_format = false;

@@ -16,6 +16,11 @@
 // layers compute in it, as autocast would have them, with bfloat16 activations between them;
 // only where the CPU has oneDNN's bf16 kernels (AVX-512), autocast otherwise.
 //
+// A batch norm right after a convolution or a dense layer is folded into that layer's weights and
+// bias (its running statistics, as evaluation uses them): the convolution then runs as one
+// `conv2d` with the folded weights, and the batch norm's pass over the layer's outputs is gone.
+// In fp32 plans only (a bf16 plan keeps the batch norm module).
+//
 // When the first layer after a flatten is a dense one and the table holds uint8 images, the
 // plan also takes the image bytes as they come: their scale (1/255) goes into that layer's
 // weights with the standardisation, and the bytes are converted once, straight to the layer's
@@ -60,6 +65,9 @@ class OneDnnForward {
   // takes_raw_features().
   torch::Tensor forward(torch::Tensor x);
 
+  // How many batch norms were folded into the layer before them (for tests).
+  int folded_batch_norms() const { return folded_batch_norms_; }
+
   // Whether this CPU runs oneDNN's bf16 inner product (checked once).
   static bool CpuHasBf16();
 
@@ -68,6 +76,12 @@ class OneDnnForward {
     torch::nn::AnyModule module;  // the network's own layer, when not a dense one
     torch::Tensor weight;         // dense: oneDNN tensors
     torch::Tensor bias;
+    torch::Tensor conv_weight;  // a convolution with a batch norm folded in: dense tensors
+    torch::Tensor conv_bias;
+    torch::ExpandingArray<2> conv_stride = torch::ExpandingArray<2>(1);
+    torch::ExpandingArray<2> conv_padding = torch::ExpandingArray<2>(0);
+    torch::ExpandingArray<2> conv_dilation = torch::ExpandingArray<2>(1);
+    int64_t conv_groups = 1;
   };
   explicit OneDnnForward(Network& net) : net_(&net) {}
 
@@ -76,6 +90,7 @@ class OneDnnForward {
   torch::ScalarType dtype_ = torch::kFloat;  // of the dense layers
   bool standardization_folded_ = false;      // into the first dense layer's weights
   bool raw_scale_folded_ = false;            // the uint8 scale, there too
+  int folded_batch_norms_ = 0;
 };
 
 }  // namespace cohort::model

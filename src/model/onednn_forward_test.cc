@@ -73,6 +73,38 @@ TEST(OneDnnForwardTest, CnnKeepsItsOwnLayersAroundTheDenseOnes) {
   ExpectCloseAndRepeatable(net, torch::rand({33, 12, 12}));
 }
 
+TEST(OneDnnForwardTest, BatchNormsAreFoldedIntoTheLayerBeforeThem) {
+  Network net = MakeNetwork(
+      "conv2d 8 3 1 1, batchnorm, relu, maxpool 2, conv2d 6 5 1 2, batchnorm, gelu, flatten, "
+      "dense 16, batchnorm, silu, dense 10",
+      {12, 12}, true);
+  // Running statistics and affine parameters far from their initial 0 and 1, some scales
+  // negative: the fold must carry each of them.
+  torch::manual_seed(9);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& buffer : net->named_buffers()) {
+      if (buffer.key().find("running_mean") != std::string::npos) buffer.value().normal_(0, 2);
+      if (buffer.key().find("running_var") != std::string::npos) buffer.value().uniform_(0.1, 4);
+    }
+    for (auto& p : net->named_parameters()) {
+      if (p.value().dim() == 1) p.value().normal_(0, 1.5);  // biases, gammas and betas
+    }
+  }
+  auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", false);
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_EQ((*plan)->folded_batch_norms(), 3);
+  torch::manual_seed(10);
+  ExpectCloseAndRepeatable(net, torch::rand({50, 12, 12}));
+
+  // In training mode batch norm uses the batch's statistics: no fold (the plan is for
+  // evaluation, but the check is what keeps a fold from ever using stale statistics).
+  net->train();
+  auto training = OneDnnForward::For(net, torch::kCPU, "fp32", false);
+  ASSERT_TRUE(training.ok() && training->has_value());
+  EXPECT_EQ((*training)->folded_batch_norms(), 0);
+}
+
 TEST(OneDnnForwardTest, TakesImageBytesWithTheScaleFoldedIn) {
   Network net = MakeNetwork("dense 64 relu, dense 10", {28, 28}, true);
   torch::NoGradGuard no_grad;
