@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/pool.h"
 #include "model/torch_compat.h"
 
 namespace cohort::model {
@@ -187,24 +188,42 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
       only_flattened = false;
     } else if (module->as<torch::nn::Dropout>() != nullptr) {
       continue;  // the identity in evaluation
-    } else if (const auto* bn = FoldableBatchNorm<torch::nn::BatchNorm2dImpl>(next);
-               bn != nullptr && !bf16 && module->as<torch::nn::Conv2d>() != nullptr &&
-               module->as<torch::nn::Conv2d>()->weight.scalar_type() == torch::kFloat) {
-      const auto* conv = module->as<torch::nn::Conv2d>();
-      Folded folded = FoldBatchNorm(conv->weight, conv->bias, *bn);
-      step.conv_weight = folded.weight.contiguous();
-      step.conv_bias = folded.bias.contiguous();
+    } else if (const auto* conv = module->as<torch::nn::Conv2d>();
+               conv != nullptr && !bf16 && conv->weight.scalar_type() == torch::kFloat) {
       const auto* padding = VariantGetIf<torch::ExpandingArray<2>>(&conv->options.padding());
       if (padding == nullptr || conv->options.padding_mode().index() != 0) {
         return std::optional<OneDnnForward>();  // never built by Network; its forward then
+      }
+      Folded folded{conv->weight.detach(), conv->bias.defined() ? conv->bias.detach() : conv->bias};
+      if (const auto* bn = FoldableBatchNorm<torch::nn::BatchNorm2dImpl>(next)) {
+        folded = FoldBatchNorm(conv->weight, conv->bias, *bn);
+        plan.folded_batch_norms_++;
+        i++;
+        next = i + 1 < layers.size() ? layers[i + 1].ptr().get() : nullptr;
       }
       step.conv_stride = conv->options.stride();
       step.conv_padding = *padding;
       step.conv_dilation = conv->options.dilation();
       step.conv_groups = conv->options.groups();
+      const auto* pool = next == nullptr ? nullptr : next->as<Pool2d>();
+      if (pool != nullptr && pool->kind() == PoolKind::kMax &&
+          torch::isfinite(folded.weight).all().item<bool>() &&
+          (!folded.bias.defined() || torch::isfinite(folded.bias).all().item<bool>())) {
+        // Convolution and max-pool in oneDNN's blocked format, one conversion back after them.
+        // oneDNN's max may drop a NaN where torch's keeps it: finite weights here, and
+        // forward sends a batch with a NaN feature through the network's own layers.
+        step.conv_weight = at::mkldnn_reorder_conv2d_weight(folded.weight.contiguous().to_mkldnn(),
+                                                            step.conv_padding, step.conv_stride,
+                                                            step.conv_dilation, step.conv_groups);
+        if (folded.bias.defined()) step.conv_bias = folded.bias.contiguous().to_mkldnn();
+        step.max_pool = pool->kernel();
+        plan.fused_max_pools_++;
+        i++;
+      } else {
+        step.conv_weight = folded.weight.contiguous();
+        if (folded.bias.defined()) step.conv_bias = folded.bias.contiguous();
+      }
       only_flattened = false;
-      plan.folded_batch_norms_++;
-      i++;
     } else {
       step.module = layer;
       only_flattened = only_flattened && module->as<torch::nn::Flatten>() != nullptr;
@@ -217,6 +236,9 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
 
 torch::Tensor OneDnnForward::forward(torch::Tensor x) {
   NetworkImpl& net = **net_;
+  if (fused_max_pools_ > 0 && x.is_floating_point() && x.isnan().any().item<bool>()) {
+    return net.forward(x);  // torch's max-pool keeps a NaN, so the outputs report it
+  }
   if (x.scalar_type() == torch::kByte) {
     // Raw image bytes (takes_raw_features): one conversion, the first dense layer scales them.
     x = ConvertBytes(x, dtype_);
@@ -230,6 +252,13 @@ torch::Tensor OneDnnForward::forward(torch::Tensor x) {
       if (!onednn_format) x = x.to(dtype_).contiguous().to_mkldnn();
       onednn_format = true;
       x = at::mkldnn_linear(x, step.weight, step.bias);
+    } else if (step.max_pool > 0) {
+      if (!onednn_format) x = x.to(torch::kFloat).contiguous().to_mkldnn();
+      x = at::mkldnn_convolution(x, step.conv_weight, step.conv_bias, step.conv_padding,
+                                 step.conv_stride, step.conv_dilation, step.conv_groups);
+      x = at::max_pool2d(x, {step.max_pool, step.max_pool}, {step.max_pool, step.max_pool})
+              .to_dense();
+      onednn_format = false;
     } else if (step.conv_weight.defined()) {
       if (onednn_format) x = x.to_dense();
       onednn_format = false;

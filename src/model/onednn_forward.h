@@ -21,6 +21,14 @@
 // `conv2d` with the folded weights, and the batch norm's pass over the layer's outputs is gone.
 // In fp32 plans only (a bf16 plan keeps the batch norm module).
 //
+// A max-pool right after a convolution (and its batch norm; Network puts a non-decreasing
+// activation after the pool) runs with it in oneDNN's blocked format, converted back to an
+// ordinary tensor once after the pool: the convolution's outputs are never written in NCHW
+// order, and the bias comes with the convolution instead of as a pass of its own. For the
+// 1-to-32-channel 3x3 convolution and 2x2 pool of a 28x28 image, libtorch's NCHW convolution
+// and pool took about 4x as long at one thread (docs/benchmarks.md, "The loop"). A batch with a
+// NaN feature runs the network's own forward instead: oneDNN's max may drop a NaN.
+//
 // When the first layer after a flatten is a dense one and the table holds uint8 images, the
 // plan also takes the image bytes as they come: their scale (1/255) goes into that layer's
 // weights with the standardisation, and the bytes are converted once, straight to the layer's
@@ -65,8 +73,10 @@ class OneDnnForward {
   // takes_raw_features().
   torch::Tensor forward(torch::Tensor x);
 
-  // How many batch norms were folded into the layer before them (for tests).
+  // How many batch norms were folded into the layer before them, and how many max-pools run in
+  // oneDNN with the convolution before them (for tests).
   int folded_batch_norms() const { return folded_batch_norms_; }
+  int fused_max_pools() const { return fused_max_pools_; }
 
   // Whether this CPU runs oneDNN's bf16 inner product (checked once).
   static bool CpuHasBf16();
@@ -76,8 +86,9 @@ class OneDnnForward {
     torch::nn::AnyModule module;  // the network's own layer, when not a dense one
     torch::Tensor weight;         // dense: oneDNN tensors
     torch::Tensor bias;
-    torch::Tensor conv_weight;  // a convolution with a batch norm folded in: dense tensors
-    torch::Tensor conv_bias;
+    torch::Tensor conv_weight;  // a convolution (any batch norm folded in): dense tensors, or
+    torch::Tensor conv_bias;    // oneDNN's where max_pool > 0
+    int64_t max_pool = 0;       // the kernel of a max-pool computed with the convolution
     torch::ExpandingArray<2> conv_stride = torch::ExpandingArray<2>(1);
     torch::ExpandingArray<2> conv_padding = torch::ExpandingArray<2>(0);
     torch::ExpandingArray<2> conv_dilation = torch::ExpandingArray<2>(1);
@@ -91,6 +102,7 @@ class OneDnnForward {
   bool standardization_folded_ = false;      // into the first dense layer's weights
   bool raw_scale_folded_ = false;            // the uint8 scale, there too
   int folded_batch_norms_ = 0;
+  int fused_max_pools_ = 0;
 };
 
 }  // namespace cohort::model

@@ -94,6 +94,7 @@ TEST(OneDnnForwardTest, BatchNormsAreFoldedIntoTheLayerBeforeThem) {
   auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", false);
   ASSERT_TRUE(plan.ok() && plan->has_value());
   EXPECT_EQ((*plan)->folded_batch_norms(), 3);
+  EXPECT_EQ((*plan)->fused_max_pools(), 1);  // the second convolution's gelu sits before none
   torch::manual_seed(10);
   ExpectCloseAndRepeatable(net, torch::rand({50, 12, 12}));
 
@@ -103,6 +104,26 @@ TEST(OneDnnForwardTest, BatchNormsAreFoldedIntoTheLayerBeforeThem) {
   auto training = OneDnnForward::For(net, torch::kCPU, "fp32", false);
   ASSERT_TRUE(training.ok() && training->has_value());
   EXPECT_EQ((*training)->folded_batch_norms(), 0);
+}
+
+TEST(OneDnnForwardTest, ConvolutionAndMaxPoolRunTogetherAndKeepNaNs) {
+  // 13x13: the pools drop a remainder row and column, as the network's own do.
+  Network net = MakeNetwork(
+      "conv2d 16 3 1 1 elu, maxpool 2, conv2d 8 3 1 1 relu, maxpool 2, flatten, dense 10", {13, 13},
+      true);
+  auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", false);
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_EQ((*plan)->fused_max_pools(), 2);
+  torch::manual_seed(11);
+  torch::Tensor x = torch::rand({70, 13, 13});
+  ExpectCloseAndRepeatable(net, x);
+
+  torch::NoGradGuard no_grad;
+  x.index_put_({5, 12, 12}, std::nanf(""));  // a corner the first pool drops: torch keeps it
+  torch::Tensor want = net->forward(x).isnan().any(1);
+  torch::Tensor got = (*plan)->forward(x).isnan().any(1);
+  EXPECT_TRUE(got[5].item<bool>());
+  EXPECT_TRUE(torch::equal(want, got));
 }
 
 TEST(OneDnnForwardTest, TakesImageBytesWithTheScaleFoldedIn) {
