@@ -110,6 +110,15 @@ const BatchNorm* FoldableBatchNorm(const torch::nn::Module* module) {
   return bn;
 }
 
+// The max-pool right after layer i, or after the batch norm right after it.
+const Pool2dImpl* MaxPoolAfter(const std::vector<torch::nn::AnyModule>& layers, size_t i) {
+  auto at = [&](size_t j) { return j < layers.size() ? layers[j].ptr().get() : nullptr; };
+  const torch::nn::Module* next = at(i + 1);
+  if (FoldableBatchNorm<torch::nn::BatchNorm2dImpl>(next) != nullptr) next = at(i + 2);
+  const auto* pool = next == nullptr ? nullptr : next->as<Pool2d>();
+  return pool != nullptr && pool->kind() == PoolKind::kMax ? pool : nullptr;
+}
+
 }  // namespace
 
 Result<bool> OneDnnEnabledFromEnv() {
@@ -189,11 +198,13 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
     } else if (module->as<torch::nn::Dropout>() != nullptr) {
       continue;  // the identity in evaluation
     } else if (const auto* conv = module->as<torch::nn::Conv2d>();
-               conv != nullptr && !bf16 && conv->weight.scalar_type() == torch::kFloat) {
+               conv != nullptr && conv->weight.scalar_type() == torch::kFloat &&
+               (!bf16 || MaxPoolAfter(layers, i) != nullptr)) {
       const auto* padding = VariantGetIf<torch::ExpandingArray<2>>(&conv->options.padding());
       if (padding == nullptr || conv->options.padding_mode().index() != 0) {
         return std::optional<OneDnnForward>();  // never built by Network; its forward then
       }
+      const Pool2dImpl* pool = MaxPoolAfter(layers, i);
       Folded folded{conv->weight.detach(), conv->bias.defined() ? conv->bias.detach() : conv->bias};
       if (const auto* bn = FoldableBatchNorm<torch::nn::BatchNorm2dImpl>(next)) {
         folded = FoldBatchNorm(conv->weight, conv->bias, *bn);
@@ -205,20 +216,22 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
       step.conv_padding = *padding;
       step.conv_dilation = conv->options.dilation();
       step.conv_groups = conv->options.groups();
-      const auto* pool = next == nullptr ? nullptr : next->as<Pool2d>();
-      if (pool != nullptr && pool->kind() == PoolKind::kMax &&
-          torch::isfinite(folded.weight).all().item<bool>() &&
+      if (pool != nullptr && torch::isfinite(folded.weight).all().item<bool>() &&
           (!folded.bias.defined() || torch::isfinite(folded.bias).all().item<bool>())) {
         // Convolution and max-pool in oneDNN's blocked format, one conversion back after them.
         // oneDNN's max may drop a NaN where torch's keeps it: finite weights here, and
         // forward sends a batch with a NaN feature through the network's own layers.
-        step.conv_weight = at::mkldnn_reorder_conv2d_weight(folded.weight.contiguous().to_mkldnn(),
-                                                            step.conv_padding, step.conv_stride,
-                                                            step.conv_dilation, step.conv_groups);
-        if (folded.bias.defined()) step.conv_bias = folded.bias.contiguous().to_mkldnn();
+        step.conv_weight = at::mkldnn_reorder_conv2d_weight(
+            folded.weight.to(plan.dtype_).contiguous().to_mkldnn(), step.conv_padding,
+            step.conv_stride, step.conv_dilation, step.conv_groups);
+        if (folded.bias.defined()) {
+          step.conv_bias = folded.bias.to(plan.dtype_).contiguous().to_mkldnn();
+        }
         step.max_pool = pool->kernel();
         plan.fused_max_pools_++;
         i++;
+      } else if (bf16) {
+        return std::optional<OneDnnForward>();  // non-finite weights: the network's forward
       } else {
         step.conv_weight = folded.weight.contiguous();
         if (folded.bias.defined()) step.conv_bias = folded.bias.contiguous();
@@ -253,7 +266,7 @@ torch::Tensor OneDnnForward::forward(torch::Tensor x) {
       onednn_format = true;
       x = at::mkldnn_linear(x, step.weight, step.bias);
     } else if (step.max_pool > 0) {
-      if (!onednn_format) x = x.to(torch::kFloat).contiguous().to_mkldnn();
+      if (!onednn_format) x = x.to(dtype_).contiguous().to_mkldnn();
       x = at::mkldnn_convolution(x, step.conv_weight, step.conv_bias, step.conv_padding,
                                  step.conv_stride, step.conv_dilation, step.conv_groups);
       x = at::max_pool2d(x, {step.max_pool, step.max_pool}, {step.max_pool, step.max_pool})

@@ -17,17 +17,18 @@
 // only where the CPU has oneDNN's bf16 kernels (AVX-512), autocast otherwise.
 //
 // A batch norm right after a convolution or a dense layer is folded into that layer's weights and
-// bias (its running statistics, as evaluation uses them): the convolution then runs as one
-// `conv2d` with the folded weights, and the batch norm's pass over the layer's outputs is gone.
-// In fp32 plans only (a bf16 plan keeps the batch norm module).
+// bias (its running statistics, as evaluation uses them; in double, rounded once): the batch
+// norm's pass over the layer's outputs is gone.
 //
 // A max-pool right after a convolution (and its batch norm; Network puts a non-decreasing
 // activation after the pool) runs with it in oneDNN's blocked format, converted back to an
 // ordinary tensor once after the pool: the convolution's outputs are never written in NCHW
-// order, and the bias comes with the convolution instead of as a pass of its own. For the
-// 1-to-32-channel 3x3 convolution and 2x2 pool of a 28x28 image, libtorch's NCHW convolution
-// and pool took about 4x as long at one thread (docs/benchmarks.md, "The loop"). A batch with a
-// NaN feature runs the network's own forward instead: oneDNN's max may drop a NaN.
+// order. For the 1-to-32-channel 3x3 convolution and 2x2 pool of a 28x28 image, libtorch's NCHW
+// convolution and pool took about 4x as long at one thread; the outputs are the same bits
+// (docs/benchmarks.md, "The loop"). A batch with a NaN feature runs the network's own forward
+// instead: oneDNN's max may drop a NaN. A bf16 plan runs these convolutions in bfloat16 (AMX
+// where the CPU has it: a 32-to-64-channel convolution ran 3x faster than in fp32 here); it
+// folds batch norms only into them and keeps every other convolution and batch norm module.
 //
 // When the first layer after a flatten is a dense one and the table holds uint8 images, the
 // plan also takes the image bytes as they come: their scale (1/255) goes into that layer's

@@ -182,6 +182,35 @@ TEST(OneDnnForwardTest, Bf16PlanMatchesAutocast) {
   }
 }
 
+TEST(OneDnnForwardTest, Bf16CnnPlanMatchesAutocast) {
+  if (!OneDnnForward::CpuHasBf16()) GTEST_SKIP() << "this CPU has no oneDNN bf16 kernels";
+  Network net = MakeNetwork(
+      "conv2d 16 3 1 1, batchnorm, relu, maxpool 2, conv2d 32 3 1 1 gelu, maxpool 2, flatten, "
+      "dense 10",
+      {28, 28}, true);
+  torch::NoGradGuard no_grad;
+  auto plan = OneDnnForward::For(net, torch::kCPU, "bf16", false);
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_EQ((*plan)->fused_max_pools(), 1);  // the gelu stays before its pool
+  EXPECT_EQ((*plan)->folded_batch_norms(), 1);
+  torch::manual_seed(12);
+  torch::Tensor x = torch::rand({300, 28, 28});
+  torch::Tensor want;
+  torch::Tensor got;
+  {
+    PrecisionScope bf16(torch::kCPU, "bf16");
+    want = net->forward(x).to(torch::kFloat);
+    got = (*plan)->forward(x);
+  }
+  EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+  got = got.to(torch::kFloat);
+  torch::Tensor fp32 = net->forward(x);
+  const float autocast_error = (want - fp32).abs().max().item<float>();
+  const float plan_error = (got - fp32).abs().max().item<float>();
+  EXPECT_LT(plan_error, 3 * autocast_error + 1e-3) << "autocast " << autocast_error;
+  EXPECT_GT(got.argmax(1).eq(fp32.argmax(1)).sum().item<int64_t>(), 290);
+}
+
 TEST(OneDnnForwardTest, StaysOutOfPassesItMustNotTake) {
   Network net = MakeNetwork("dense 8 relu, dropout 0.5, dense 10", {6}, false);
   auto dropout = OneDnnForward::For(net, torch::kCPU, "fp32", /*sample_dropout=*/true);
