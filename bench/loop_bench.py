@@ -19,7 +19,9 @@ example (examples/fashion-mnist/loop.toml: 8 members, 2 CPU devices, 1,000 label
 
 --devices replaces the example's two CPU devices for both systems (--members-per-device sets
 how many members share one); --python names the interpreter with torch that runs the baseline;
---make-store builds the example store at --store when it is missing.
+--make-store builds the example store at --store when it is missing. --pool-precision bf16
+has cohort's members score the pool in bfloat16 (the members still train in fp32; the
+baseline stays fp32 throughout).
 
 Figures are printed, never asserted. Run it on an otherwise idle machine.
 """
@@ -50,8 +52,10 @@ SETTINGS = {  # name -> (rounds, epochs override or None)
 
 
 def derived_config(path, name, store, rounds, epochs, members, k, devices=None,
-                   members_per_device=None):
-    text = example_config.config_text(name, store, rounds, epochs=epochs, members=members, k=k)
+                   members_per_device=None, pool_precision=None):
+    defaults = {"pool_precision": f'"{pool_precision}"'} if pool_precision else None
+    text = example_config.config_text(name, store, rounds, epochs=epochs, members=members, k=k,
+                                      defaults=defaults)
     if devices:
         listed = ", ".join(f'"{d}"' for d in devices)
         text = re.sub(r"^devices = .*$", f"devices = [{listed}]", text, count=1, flags=re.M)
@@ -127,6 +131,8 @@ def main():
     ap.add_argument("--devices", help="comma-separated devices for both systems, e.g. cuda:0 "
                     "(default: the example's cpu:0,cpu:1)")
     ap.add_argument("--members-per-device", type=int, help="members sharing one device")
+    ap.add_argument("--pool-precision", choices=["fp32", "bf16"],
+                    help="cohort's members score the pool in this precision (the baseline: fp32)")
     ap.add_argument("--python", default=PYTHON, help="the interpreter with torch for the baseline")
     ap.add_argument("--make-store", action="store_true",
                     help="build the example store at --store when it is missing")
@@ -160,7 +166,7 @@ def main():
         os.makedirs(work)
         config = os.path.join(work, f"bench-{s}.toml")
         derived_config(config, f"bench-{s}", store, rounds, epochs, members, k, device_list,
-                       a.members_per_device)
+                       a.members_per_device, a.pool_precision)
         print(f"{PROG}: setting {s}: {rounds} rounds; cohort ...", file=sys.stderr, flush=True)
         c = cohort_figures(cohort, config, devices)
         print(f"{PROG}: setting {s}: baseline ...", file=sys.stderr, flush=True)
