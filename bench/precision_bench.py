@@ -22,15 +22,13 @@ Figures are printed, never asserted. Run it on an otherwise idle machine.
 import argparse
 import json
 import os
-import re
 import shutil
 import sqlite3
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import (BenchError, bench_main, build_store, config_text,  # noqa: E402
-                            executable, run)
+from example_config import bench_main, build_store, config_text, executable, run  # noqa: E402
 
 PROG = "precision_bench"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -37,9 +37,12 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
                    const std::vector<MemberResult>& results, int64_t k) {
   Picks picks;
   if (k <= 0) return picks;
+  // A random round reads no predictions: its members did not predict the pool
+  // (controller.cc, RoundReadsPoolPredictions).
+  const bool random = !c.config->acquisition.ScoresPredictionsInRound(round);
   std::vector<std::pair<size_t, std::string>> files;
   std::vector<PoolSampleFile> samples_files;  // classification: MC-dropout passes where asked
-  for (size_t i = 0; i < results.size(); ++i) {
+  for (size_t i = 0; i < results.size() && !random; ++i) {
     if (!results[i].done) continue;
     const std::string path = c.paths->Absolute(results[i].predictions_pool);
     files.emplace_back(i, path);
@@ -59,9 +62,7 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   const AcquisitionConfig& acquisition = c.config->acquisition;
   const bool batchbald = acquisition.StrategyOfRound(round) == "batchbald";
   // Per-sample strategies score the files a block at a time (loop/prediction_stream.h);
-  // BatchBALD and regression runs stack them whole; a random round reads none, its members did
-  // not predict the pool (controller.cc, RoundReadsPoolPredictions).
-  const bool random = acquisition.StrategyOfRound(round) == "random";
+  // BatchBALD and regression runs stack them whole.
   StackedPredictions stacked;
   if (!random && c.task.regression) {
     COHORT_ASSIGN_OR_RETURN(stacked, StackPredictions(files, rows, c.task));

@@ -90,6 +90,10 @@ struct AcquisitionConfig {
   const std::string& StrategyOfRound(int64_t round) const {
     return round < cold_start_rounds ? cold_start_strategy : strategy;
   }
+  // Whether round `round`'s acquisition reads the members' pool predictions: `random` does not
+  // (every sample scores 0 and the seeded tie-break draws the picks), so its members need not
+  // predict the pool for it.
+  bool ScoresPredictionsInRound(int64_t round) const { return StrategyOfRound(round) != "random"; }
 };
 
 struct OracleConfig {

@@ -60,7 +60,7 @@ bool StepsReadPredictions(const LoopConfig& config) {
 // no step but the acquisition picks without them, so it skips the pool pass, most of a
 // round's prediction cost (cold-start rounds, random baselines): its picks are the same.
 bool RoundReadsPoolPredictions(const LoopConfig& config, int64_t round) {
-  return config.acquisition.StrategyOfRound(round) != "random" || HasCommandSteps(config);
+  return config.acquisition.ScoresPredictionsInRound(round) || HasCommandSteps(config);
 }
 
 // How many generations a round may commit: one per update step at most.
