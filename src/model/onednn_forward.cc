@@ -210,7 +210,6 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
         folded = FoldBatchNorm(conv->weight, conv->bias, *bn);
         plan.folded_batch_norms_++;
         i++;
-        next = i + 1 < layers.size() ? layers[i + 1].ptr().get() : nullptr;
       }
       step.conv_stride = conv->options.stride();
       step.conv_padding = *padding;
