@@ -39,6 +39,9 @@ OUR_INCLUDE = re.compile(r'^\s*#\s*include\s*"(([a-z_]+)/[^"]+)"')
 # Headers of the libtorch side that have no source of their own: the functions member.h
 # declares are defined in trainer.cc and evaluate.cc.
 TORCH_API_HEADERS = {"src/model/member.h"}
+# Header-only shims of the libtorch side (differences between libtorch releases): they include
+# libtorch themselves, and only cohort_model's sources may include them.
+TORCH_SHIM_HEADERS = {"src/model/torch_compat.h"}
 
 
 def cmake_targets(root):
@@ -87,7 +90,8 @@ def torch_sides(targets):
                 files |= {cc, cc[:-3] + ".h"}
         return files
 
-    return with_headers(direct), with_headers(linked) | TORCH_API_HEADERS
+    return (with_headers(direct) | TORCH_SHIM_HEADERS,
+            with_headers(linked) | TORCH_API_HEADERS | TORCH_SHIM_HEADERS)
 
 
 def check(root):

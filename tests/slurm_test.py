@@ -209,10 +209,20 @@ class SlurmLoop(SlurmCase):
         self.wait_for_empty_cluster(timeout=60)
 
     def worker_pids(self):
-        """Pids of `cohort-member worker` processes (the tasks slurmstepd started, not srun)."""
+        """Pids of this test's `cohort-member worker` processes (the tasks slurmstepd started,
+        not srun). Through Slurm a worker is given its log file (--log-file) under self.dir,
+        which tells it from the workers of other runs on the machine."""
         out = subprocess.run(["pgrep", "-f", r"^\S*cohort-member worker"], capture_output=True,
                              text=True).stdout
-        return [int(p) for p in out.split()]
+
+        def ours(pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    return self.dir.encode() in f.read()
+            except OSError:  # gone already
+                return False
+
+        return [int(p) for p in out.split() if ours(p)]
 
     def test_a_hung_worker_is_killed_through_slurm_and_retried(self):
         config = slurm_config(self.dir, members=loop_test.MEMBERS[:1], slots=1, rounds=1,
