@@ -17,6 +17,7 @@
   bench/quality.py --part al --patience 3 --epochs 30 ...   # early stopping per round
   bench/quality.py --part full --config examples/fashion-mnist/cnn-ensemble.toml \
       --epochs-full 10 --seeds 3  # 8 small CNNs that differ
+  bench/quality.py --part al --first-seed 3 ...   # fresh seeds for a variant chosen on 0-2
   bench/quality.py --quick        # smoke: tiny store, 2 members, 1 seed, 2 rounds
 
 A variant is a strategy with optional [acquisition] settings after a colon, comma-separated
@@ -77,7 +78,7 @@ def run_loop(cohort, work, name, text):
     return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
 
 
-def full_labels(cohort, scratch, epochs, seeds, quick, base):
+def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
     store = os.path.join(scratch, "store-full")
     if quick:
         build_store(cohort, store, 600, 0, 500, reuse=True)
@@ -85,7 +86,7 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base):
         build_store(cohort, store, 60000, 0, 10000, reuse=True)
     stem = os.path.splitext(os.path.basename(base))[0]
     runs = []
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         name = f"full-{stem}-{epochs}-{seed}"
         text = config_text(name, store, 1, epochs=epochs, seed=seed,
                            members=2 if quick else None, base=base)
@@ -134,7 +135,7 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base):
 
 
 def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, members=None,
-                    epochs=None, patience=None, base=EXAMPLE):
+                    epochs=None, patience=None, base=EXAMPLE, first_seed=0):
     start, k = (300, 200) if quick else (start, k)
     store = os.path.join(scratch, f"store-al-{start}")
     if quick:
@@ -144,7 +145,7 @@ def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, m
     curves, acquire_s = {}, {}
     stem = os.path.splitext(os.path.basename(base))[0]
     # Interleaved: every variant's seed s runs before any variant's seed s + 1.
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for variant in variants:
             strategy, settings = parse_variant(variant)
             # The name holds everything that changes the run: an earlier run of it is resumed.
@@ -207,6 +208,9 @@ def main():
     ap.add_argument("--part", default="full,al", help="full, al or both")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run are FIRST_SEED .. FIRST_SEED + SEEDS - 1: fresh seeds check "
+                         "a variant chosen on the first ones")
     ap.add_argument("--epochs-full", type=int, default=15)
     ap.add_argument("--config", default=EXAMPLE,
                     help="the members and defaults to use, a loop.toml laid out like the "
@@ -235,7 +239,7 @@ def main():
         a.rounds, a.seeds, a.epochs_full = 2, 1, 1
     if "full" in parts:
         results["full"] = full_labels(cohort, scratch, a.epochs_full, a.seeds, a.quick,
-                                      os.path.abspath(a.config))
+                                      os.path.abspath(a.config), a.first_seed)
     if "al" in parts:
         variants = [v for v in a.variants.split(",") if v]
         # "bald:selection=softrank,temperature=2" holds commas: a setting joins its variant.
@@ -247,7 +251,7 @@ def main():
                 joined.append(v)
         results["al"] = active_learning(cohort, scratch, a.rounds, a.seeds, a.quick, joined,
                                         a.start, a.k, a.members, a.epochs, a.patience,
-                                        os.path.abspath(a.config))
+                                        os.path.abspath(a.config), a.first_seed)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
