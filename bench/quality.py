@@ -5,7 +5,8 @@
    all 60,000 training images (one round, nothing to acquire), evaluated on the 10,000 test
    images, once per seed: each member's and the ensemble's accuracy, NLL and ECE, next to the
    benchmark table of the dataset's README, and whether the ensemble's NLL and ECE are below
-   every member's.
+   every member's. Then the ensemble calibrated by `cohort predict --calibrate`: a temperature
+   fitted on half the test images (seeded split), every metric on the other half.
 2. Active learning: test accuracy of the ensemble against labels used, for `random`, `bald`,
    `variance` and `entropy`, three seeds each (acquisition seed and member seeds), starting
    from 1,000 labels and adding 1,000 per round; the labels at which each curve first reaches
@@ -39,13 +40,16 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sqlite3
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from example_config import (EXAMPLE, BenchError, bench_main, build_store,  # noqa: E402
-                            config_text, executable, run)
+from example_config import (EXAMPLE, FMNIST, BenchError, bench_main,  # noqa: E402
+                            build_store, config_text, executable, run)
 
 PROG = "quality"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +80,48 @@ def run_loop(cohort, work, name, text):
     run_dir = os.path.join(work, "runs", name)
     run([cohort, "run", "--plain", path])  # an earlier run of the same name is resumed
     return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
+
+
+ECE_BINS = 15  # as loop/ensemble_metrics.h
+
+
+def metrics(p, y):
+    """Accuracy, NLL and ECE (15 bins) of probabilities p (n, C) against labels y, as cohort
+    computes them."""
+    confidence = p.max(1)
+    correct = p.argmax(1) == y
+    bins = np.minimum((confidence * ECE_BINS).astype(int), ECE_BINS - 1)
+    ece = sum((bins == b).mean() * abs(correct[bins == b].mean() - confidence[bins == b].mean())
+              for b in range(ECE_BINS) if (bins == b).any())
+    nll = -np.log(np.maximum(p[np.arange(len(y)), y].astype(np.float64), 1.1754944e-38)).mean()
+    return {"accuracy": float(correct.mean()), "nll": float(nll), "ece": float(ece)}
+
+
+def calibrated(cohort, scratch, run_dir, test):
+    """`cohort predict --calibrate` on a run: the first `test` test images split in two (seed
+    2), a temperature fitted on one half, each member's, the ensemble's and the calibrated
+    ensemble's metrics on the other half."""
+    store = os.path.join(scratch, f"store-calibrate-{test}")
+    eval_prefix = os.path.join(scratch, f"calibrate-{test}-eval")
+    if not os.path.exists(os.path.join(store, "CURRENT")):
+        shutil.rmtree(store, ignore_errors=True)
+        run([cohort, "data", "init", store])
+        run([cohort, "data", "import", store, "--table", "test", "--limit", str(test), "--idx",
+             f"{FMNIST}/t10k-images-idx3-ubyte.gz", f"{FMNIST}/t10k-labels-idx1-ubyte.gz"])
+        run([cohort, "data", "split", store, "--from", "test", "--to", "cal", "--count",
+             str(test // 2), "--seed", "2"])
+        run([cohort, "data", "export", store, "--table", "test", "-o", eval_prefix])
+    out = os.path.join(scratch, "calibrated.npz")
+    run([cohort, "predict", run_dir, "--store", store, "--table", "test", "--calibrate", "cal",
+         "--calibrate-store", store, "-o", out])
+    y = np.load(eval_prefix + ".y.npy").astype(np.int64)
+    with np.load(out) as d:
+        if not (d["ids"] == np.load(eval_prefix + ".ids.npy")).all():
+            raise BenchError(f"{out}: its rows are not the exported table's")
+        members = [metrics(p, y) for p in d["member_probabilities"]]
+        return {"temperature": float(d["temperature"]), "eval_samples": len(y),
+                "members": members, "ensemble": metrics(d["probabilities"], y),
+                "calibrated": metrics(d["calibrated_probabilities"], y)}
 
 
 def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
@@ -109,8 +155,8 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
         print(f"\nFull labels, seed {seed} ({'600' if quick else '60,000'} training images, "
               f"{epochs} epochs, test {'500' if quick else '10,000'}, {stem}; {seconds:.0f} s)")
         print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
-        for name, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
-            print(f"{name:<18} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
+        for member, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
+            print(f"{member:<18} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
                   f"{m['nll']:>7.4f} {m['ece']:>7.4f} {m['brier']:>7.4f}")
         print(f"{'ensemble (mean)':<18} {'':>7} {ensemble['accuracy']:>8.4f} "
               f"{ensemble['nll']:>7.4f} {ensemble['ece']:>7.4f} {ensemble['brier']:>7.4f}")
@@ -119,7 +165,28 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
             verdict = "below" if ensemble[metric] < best else "NOT below"
             print(f"  ensemble {metric} {ensemble[metric]:.4f} is {verdict} every member's "
                   f"(best {best:.4f})")
-        runs.append({"members": members, "ensemble": ensemble, "seconds": seconds})
+        cal = calibrated(cohort, scratch, os.path.join(scratch, "runs", name),
+                         500 if quick else 10000)
+        print(f"\nCalibrated: temperature {cal['temperature']:.4f} fitted on "
+              f"{cal['eval_samples']:,} test images, metrics on the other {cal['eval_samples']:,}")
+        print(f"{'model':<22} {'accuracy':>8} {'nll':>7} {'ece':>7}")
+        # member_probabilities are in config order.
+        names = re.findall(r'^\[\[member\]\]\s*\nname = "([^"]+)"', text, flags=re.M)
+        if len(names) != len(cal["members"]):
+            raise BenchError(f"{name}: {len(names)} members in its config, "
+                             f"{len(cal['members'])} in cohort predict's output")
+        cal["member_names"] = names
+        for label, m in (list(zip(names, cal["members"])) +
+                         [("ensemble (mean)", cal["ensemble"]),
+                          (f"ensemble, T={cal['temperature']:.3f}", cal["calibrated"])]):
+            print(f"{label:<22} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f}")
+        for metric in ("nll", "ece"):
+            best = min(m[metric] for m in cal["members"])
+            verdict = "below" if cal["calibrated"][metric] < best else "NOT below"
+            print(f"  calibrated ensemble {metric} {cal['calibrated'][metric]:.4f} is {verdict} "
+                  f"every member's (best {best:.4f})")
+        runs.append({"members": members, "ensemble": ensemble, "seconds": seconds,
+                     "calibrated": cal})
     if seeds > 1:
         print(f"\nFull labels, mean of {seeds} seeds")
         print(f"{'model':<18} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
@@ -131,6 +198,11 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
         for name, m in sorted(rows.items(), key=lambda kv: -kv[1]["accuracy"]):
             print(f"{name:<18} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
                   f"{m['brier']:>7.4f}")
+        print(f"\nCalibrated, mean of {seeds} seeds (metrics on the held-out half)")
+        for label, key in (("ensemble (mean)", "ensemble"), ("ensemble, calibrated", "calibrated")):
+            m = {k: sum(r["calibrated"][key][k] for r in runs) / seeds
+                 for k in ("accuracy", "nll", "ece")}
+            print(f"{label:<22} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f}")
     return {"config": base, "epochs": epochs, "seeds": runs}
 
 

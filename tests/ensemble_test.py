@@ -191,6 +191,86 @@ class Predict(unittest.TestCase):
             fail_line(cohort("predict", RUN, "--round", "7", "--input", bad, check=False)),
             "run ens has no round 7 (rounds 0 to 1)")
 
+    def test_calibrated(self):
+        # Fitted on the test table and applied to it, so numpy can check the fit itself.
+        out = os.path.join(self.dir, "calibrated.npz")
+        proc = cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test",
+                      "--calibrate", "test", "-o", out)
+        got = dict(np.load(out))
+        t = float(got["temperature"])
+        self.assertEqual(got["temperature"].shape, ())
+        mean = got["probabilities"].astype(np.float64)
+        np.testing.assert_allclose(mean, self.out["probabilities"], atol=1e-7)
+
+        def scaled(temperature):
+            z = np.log(np.maximum(mean, 1.1754943508222875e-38)) / temperature
+            z = np.exp(z - z.max(axis=1, keepdims=True))
+            return z / z.sum(axis=1, keepdims=True)
+
+        labels = np.asarray(cohort_store().open(f"{RUN}/store").table("test").labels)
+
+        def nll(temperature):
+            return -np.log(scaled(temperature)[np.arange(len(labels)), labels]).mean()
+
+        np.testing.assert_allclose(got["calibrated_probabilities"], scaled(t), atol=1e-6)
+        np.testing.assert_array_equal(got["calibrated_probabilities"].argmax(axis=1),
+                                      got["predicted"])
+        # cohort's T minimises the NLL: no temperature on a fine grid does better.
+        grid = np.exp(np.linspace(np.log(0.05), np.log(20), 2000))
+        best = min(grid, key=nll)
+        self.assertLessEqual(nll(t), nll(best) + 1e-9)
+        self.assertLess(abs(np.log(t) - np.log(best)), 0.01)
+        self.assertNotAlmostEqual(t, 1.0, places=2)  # the fit did something to check
+        self.assertIn(f"temperature {t:.4f}; there NLL", proc.stdout)
+        self.assertIn(f"calibrated probabilities at temperature {t:.4f}", proc.stdout)
+
+        # A temperature given instead of fitted, to a CSV: columns q0 ... follow p0 ...
+        csv = os.path.join(self.dir, "t2.csv")
+        cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test",
+               "--temperature", "2", "-o", csv)
+        with open(csv) as f:
+            header = f.readline().strip().split(",")
+        self.assertEqual(header[-10:], [f"q{c}" for c in range(10)])
+        self.assertEqual(header[-20:-10], [f"p{c}" for c in range(10)])
+        table = np.loadtxt(csv, delimiter=",", skiprows=1)
+        np.testing.assert_allclose(table[:, -10:], scaled(2.0), atol=1e-6)
+        # Without calibration the output has no calibrated arrays.
+        self.assertNotIn("calibrated_probabilities", self.out)
+        self.assertNotIn("temperature", self.out)
+
+    def test_calibration_errors(self):
+        base = ("predict", RUN, "--store", f"{RUN}/store", "--table", "test")
+        self.assertEqual(
+            fail_line(cohort(*base, "--calibrate", "test", "--temperature", "2", check=False)),
+            "--calibrate fits a temperature and --temperature gives one: pass one of them")
+        self.assertEqual(fail_line(cohort(*base, "--calibrate-store", f"{RUN}/store",
+                                          check=False)),
+                         "--calibrate-store needs --calibrate TABLE")
+        for bad in ("0", "-1", "inf", "nan"):
+            self.assertIn(f"--temperature {bad}", fail_line(cohort(*base, "--temperature", bad,
+                                                                   check=False)).lower())
+        self.assertIn("table 'nope' does not exist",
+                      fail_line(cohort(*base, "--calibrate", "nope", check=False)))
+        # A table without labels, in another store.
+        unlabelled = os.path.join(self.dir, "unlabelled")
+        shutil.rmtree(unlabelled, ignore_errors=True)
+        x = os.path.join(self.dir, "x.npy")
+        np.save(x, np.zeros((4, 28, 28), dtype=np.uint8))
+        cohort("data", "init", unlabelled)
+        cohort("data", "import", unlabelled, "--table", "x", "--npy", x)
+        self.assertEqual(
+            fail_line(cohort(*base, "--calibrate", "x", "--calibrate-store", unlabelled,
+                             check=False)),
+            f"{unlabelled} table x (generation 1): --calibrate needs class labels, and it has "
+            "none")
+        # Another sample shape.
+        flat = os.path.join(self.dir, "flat-x.npy")
+        np.save(flat, np.zeros((4, 784), dtype=np.uint8))
+        cohort("data", "import", unlabelled, "--table", "flat", "--npy", flat)
+        self.assertIn("samples are uint8 (784,), but the ensemble takes uint8 (28, 28)",
+                      fail_line(cohort(*base, "--calibrate", "flat", "--calibrate-store",
+                                       unlabelled, check=False)))
+
     def test_a_round_not_finished(self):
         # A copy of the run whose last round the journal says is still training.
         copy = os.path.join(self.dir, "unfinished")
@@ -319,6 +399,10 @@ class RegressionPredict(unittest.TestCase):
             fail_line(cohort("predict", REG_RUN, "--input", bad, check=False)),
             f"{bad}: samples are float32 (5,), but the ensemble takes float32 (4,) (the run's "
             "train table)")
+        self.assertIn("--calibrate and --temperature scale class probabilities, and this is a "
+                      "regression run",
+                      fail_line(cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store",
+                                       "--table", "test", "--temperature", "2", check=False)))
 
 
 def cohort_store():

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include "cli/run_cli.h"
 #include "common/file_util.h"
 #include "launch/device.h"
+#include "loop/calibration.h"
+#include "loop/class_labels.h"
 #include "loop/ensemble_uncertainty.h"
 #include "loop/predictions.h"
 #include "loop/regression.h"
@@ -116,11 +119,16 @@ Result<uint64_t> ImportToTempStore(const std::string& dir, const HostArray& x) {
   return txn->Commit("cohort predict input");
 }
 
+// The calibrated probabilities (`calibrated`, empty without calibration) follow the
+// ensemble's as columns q0 ... qC-1.
 Status WriteCsv(const std::string& path, const loop::EnsembleUncertainty& u,
-                const std::vector<uint64_t>& ids) {
+                const std::vector<float>& calibrated, const std::vector<uint64_t>& ids) {
   std::string text = ids.empty() ? "row" : "row,id";
   text += ",predicted,agreement,entropy,mutual_information,variance";
   for (int64_t c = 0; c < u.classes; c++) text += fmt::format(",p{}", c);
+  if (!calibrated.empty()) {
+    for (int64_t c = 0; c < u.classes; c++) text += fmt::format(",q{}", c);
+  }
   text += "\n";
   for (int64_t i = 0; i < u.samples; i++) {
     text += std::to_string(i);
@@ -130,6 +138,11 @@ Status WriteCsv(const std::string& path, const loop::EnsembleUncertainty& u,
     for (int64_t c = 0; c < u.classes; c++) {
       text += fmt::format(",{:.9g}", u.mean[static_cast<size_t>(i * u.classes + c)]);
     }
+    if (!calibrated.empty()) {
+      for (int64_t c = 0; c < u.classes; c++) {
+        text += fmt::format(",{:.9g}", calibrated[static_cast<size_t>(i * u.classes + c)]);
+      }
+    }
     text += "\n";
   }
   return WriteFileAtomically(path,
@@ -137,7 +150,8 @@ Status WriteCsv(const std::string& path, const loop::EnsembleUncertainty& u,
 }
 
 Status WriteNpz(const std::string& path, const loop::EnsembleUncertainty& u,
-                const loop::StackedPredictions& stacked, const std::vector<uint64_t>& ids) {
+                const loop::StackedPredictions& stacked, const std::vector<float>& calibrated,
+                std::optional<double> temperature, const std::vector<uint64_t>& ids) {
   NpzWriter npz;
   const auto n = static_cast<uint64_t>(u.samples);
   const auto c = static_cast<uint64_t>(u.classes);
@@ -149,6 +163,10 @@ Status WriteNpz(const std::string& path, const loop::EnsembleUncertainty& u,
   npz.Add("agreement", store::Dtype::kFloat64, {n}, u.agreement);
   npz.Add("member_probabilities", store::Dtype::kFloat32,
           {static_cast<uint64_t>(stacked.members), n, c}, stacked.data);
+  if (temperature) {
+    npz.Add("calibrated_probabilities", store::Dtype::kFloat32, {n, c}, calibrated);
+    npz.Add("temperature", store::Dtype::kFloat64, {}, std::vector<double>{*temperature});
+  }
   if (!ids.empty()) npz.Add("ids", store::Dtype::kUint64, {n}, ids);
   COHORT_ASSIGN_OR_RETURN(std::string bytes, npz.Finish());
   return WriteFileAtomically(path,
@@ -222,6 +240,17 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   if (from_store && (o.store.empty() || o.table.empty())) {
     return Status::InvalidArgument("--store and --table go together");
   }
+  if (!o.calibrate_table.empty() && o.temperature) {
+    return Status::InvalidArgument(
+        "--calibrate fits a temperature and --temperature gives one: pass one of them");
+  }
+  if (!o.calibrate_store.empty() && o.calibrate_table.empty()) {
+    return Status::InvalidArgument("--calibrate-store needs --calibrate TABLE");
+  }
+  if (o.temperature && (!std::isfinite(*o.temperature) || *o.temperature <= 0)) {
+    return Status::InvalidArgument(
+        fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
+  }
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
   COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort predict runs"));
   const int64_t round = chosen.first;
@@ -235,6 +264,12 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   COHORT_ASSIGN_OR_RETURN(const store::Table* train, run_snap->table(run.config.store.train));
   // The train table's labels make the run what it is, so they say what the members' files hold.
   const loop::RunTask task = loop::RunTaskOf(*train);
+  if (task.regression && (!o.calibrate_table.empty() || o.temperature)) {
+    return Status::InvalidArgument(
+        o.run_dir +
+        ": --calibrate and --temperature scale class probabilities, and this is a "
+        "regression run");
+  }
 
   COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
   std::string store_dir = o.store, table = o.table;
@@ -263,31 +298,72 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
     what = o.input;
   }
 
-  // One `cohort-member predict` per member, spread over the run's devices.
+  // The labelled table a temperature is fitted on, checked before any member runs.
+  struct Calibration {
+    std::string store_dir, table, what;
+    uint64_t generation = 0;
+    std::vector<int64_t> labels;
+    std::vector<uint64_t> ids;
+  };
+  std::optional<Calibration> calibration;
+  if (!o.calibrate_table.empty()) {
+    Calibration cal;
+    cal.store_dir = o.calibrate_store.empty() ? run.paths.store() : o.calibrate_store;
+    cal.table = o.calibrate_table;
+    COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(cal.store_dir, std::nullopt));
+    COHORT_ASSIGN_OR_RETURN(const store::Table* t, snap->table(cal.table));
+    cal.generation = snap->generation();
+    cal.what = fmt::format("{} table {} (generation {})", cal.store_dir, cal.table, cal.generation);
+    COHORT_RETURN_IF_ERROR(CheckFeatures(cal.what, t->schema().feature_dtype,
+                                         t->schema().feature_shape, train->schema(),
+                                         run.config.store.train));
+    if (t->schema().label_kind != store::LabelKind::kClass) {
+      return Status::InvalidArgument(cal.what + ": --calibrate needs class labels, and it has " +
+                                     (t->schema().label_kind == store::LabelKind::kNone
+                                          ? std::string("none")
+                                          : std::string("vector targets")));
+    }
+    if (t->size() == 0) return Status::InvalidArgument(cal.what + ": no samples to calibrate on");
+    cal.labels = loop::ClassLabelsOf(*t);
+    cal.ids = t->Ids();
+    calibration = std::move(cal);
+  }
+
+  // One `cohort-member predict` per member and table, spread over the run's devices.
   std::vector<launch::Device> devices = run.config.devices;
   const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (devices.empty()) devices.push_back(launch::Device{});
   const int threads = std::max(1, run.config.threads_per_cpu_device);
   std::vector<MemberJob> jobs;
-  std::vector<std::pair<size_t, std::string>> files;
-  for (size_t i = 0; i < chosen.second.size(); i++) {
-    const auto& m = chosen.second[i];
-    const launch::Device& device = devices[i % devices.size()];
-    MemberJob job;
-    job.what = "member " + m.name;
-    const std::string out = fmt::format("{}/member-{}.npy", tmp.path(), i);
-    job.spec.argv = {o.member_binary, "predict",
-                     "--store",       store_dir,
-                     "--table",       table,
-                     "--generation",  std::to_string(*generation),
-                     "--checkpoint",  m.checkpoint,
-                     "--out",         out,
-                     "--device",      device.is_cuda() ? "cuda:0" : "cpu",
-                     "--threads",     std::to_string(threads)};
-    job.spec.env = launch::DeviceEnvironment(device, threads, cpus);
-    job.spec.stderr_path = fmt::format("{}/member-{}.log", tmp.path(), i);
-    jobs.push_back(std::move(job));
-    files.emplace_back(m.config_index, out);
+  auto add_jobs = [&](const std::string& from_store, const std::string& from_table,
+                      uint64_t from_generation, const std::string& tag) {
+    std::vector<std::pair<size_t, std::string>> files;
+    for (size_t i = 0; i < chosen.second.size(); i++) {
+      const auto& m = chosen.second[i];
+      const launch::Device& device = devices[i % devices.size()];
+      MemberJob job;
+      job.what = "member " + m.name;
+      const std::string out = fmt::format("{}/{}-member-{}.npy", tmp.path(), tag, i);
+      job.spec.argv = {o.member_binary, "predict",
+                       "--store",       from_store,
+                       "--table",       from_table,
+                       "--generation",  std::to_string(from_generation),
+                       "--checkpoint",  m.checkpoint,
+                       "--out",         out,
+                       "--device",      device.is_cuda() ? "cuda:0" : "cpu",
+                       "--threads",     std::to_string(threads)};
+      job.spec.env = launch::DeviceEnvironment(device, threads, cpus);
+      job.spec.stderr_path = fmt::format("{}/{}-member-{}.log", tmp.path(), tag, i);
+      jobs.push_back(std::move(job));
+      files.emplace_back(m.config_index, out);
+    }
+    return files;
+  };
+  const auto files = add_jobs(store_dir, table, *generation, "input");
+  std::vector<std::pair<size_t, std::string>> calibration_files;
+  if (calibration) {
+    calibration_files =
+        add_jobs(calibration->store_dir, calibration->table, calibration->generation, "calibrate");
   }
   const size_t slots =
       devices.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
@@ -296,6 +372,7 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked,
                           loop::StackPredictions(files, rows, task));
   const bool csv = EndsWith(Lower(o.out), ".csv");
+  std::string calibrated_note;
   if (task.regression) {
     COHORT_ASSIGN_OR_RETURN(
         auto view, loop::MakeRegressionPredictions(stacked.data, stacked.members, stacked.samples,
@@ -309,15 +386,41 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
         auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
                                                  stacked.classes));
     COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
-    COHORT_RETURN_IF_ERROR(csv ? WriteCsv(o.out, u, ids) : WriteNpz(o.out, u, stacked, ids));
+    std::optional<double> temperature = o.temperature;
+    if (calibration) {
+      COHORT_ASSIGN_OR_RETURN(
+          loop::StackedPredictions cal_stacked,
+          loop::StackPredictions(calibration_files, calibration->labels.size(), task));
+      COHORT_ASSIGN_OR_RETURN(
+          auto cal_view, loop::MakeEnsemblePredictions(cal_stacked.data, cal_stacked.members,
+                                                       cal_stacked.samples, cal_stacked.classes));
+      COHORT_RETURN_IF_ERROR(loop::CheckClassLabels(calibration->what, calibration->labels,
+                                                    calibration->ids, cal_stacked.classes));
+      COHORT_ASSIGN_OR_RETURN(loop::TemperatureFit fit,
+                              loop::FitEnsembleTemperature(cal_view, calibration->labels));
+      temperature = fit.temperature;
+      fmt::print(
+          "calibrated on {} ({} samples): temperature {:.4f}; there NLL {:.4f} -> {:.4f}, ECE "
+          "{:.4f} -> {:.4f}, accuracy {:.4f}\n",
+          calibration->what, fit.before.count, fit.temperature, fit.before.nll, fit.after.nll,
+          fit.before.ece, fit.after.ece, fit.after.accuracy);
+    }
+    std::vector<float> calibrated;
+    if (temperature) {
+      COHORT_ASSIGN_OR_RETURN(calibrated, loop::ApplyTemperature(u.mean, u.classes, *temperature));
+      calibrated_note =
+          fmt::format(" (calibrated probabilities at temperature {:.4f})", *temperature);
+    }
+    COHORT_RETURN_IF_ERROR(csv ? WriteCsv(o.out, u, calibrated, ids)
+                               : WriteNpz(o.out, u, stacked, calibrated, temperature, ids));
   }
   std::string names;
   for (const auto& m : chosen.second) names += (names.empty() ? "" : ", ") + m.name;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   fmt::print(
-      "predicted {} samples of {} with the {} members of round {} ({}) in {:.1f} s: wrote {}\n",
-      rows, what, chosen.second.size(), round, names, seconds, o.out);
+      "predicted {} samples of {} with the {} members of round {} ({}) in {:.1f} s: wrote {}{}\n",
+      rows, what, chosen.second.size(), round, names, seconds, o.out, calibrated_note);
   return Status::OK();
 }
 
@@ -343,6 +446,13 @@ void AddEnsemblePredictCommand(CLI::App& app, std::function<Status()>* run) {
   cmd->add_option("--store", o->store, "samples: a store directory (with --table)");
   cmd->add_option("--table", o->table, "the store table");
   cmd->add_option("--generation,-g", o->generation, "the store generation (default: current)");
+  cmd->add_option("--calibrate", o->calibrate_table,
+                  "fit a temperature to the ensemble on this labelled table (of the run's store, "
+                  "or --calibrate-store) and write calibrated probabilities too");
+  cmd->add_option("--calibrate-store", o->calibrate_store,
+                  "the store of the --calibrate table (default: the run's store)");
+  cmd->add_option("--temperature", o->temperature,
+                  "write probabilities calibrated at this temperature (one --calibrate printed)");
   cmd->add_option("--out,-o", o->out,
                   "output: .npz (default predictions.npz), or .csv for a CSV table");
   cmd->callback([o, run] {

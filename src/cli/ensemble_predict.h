@@ -9,6 +9,11 @@
 // Inputs: a store table (--store, --table, --generation) or a file: .npy, IDX images
 // (gzip or plain), or CSV (--label-column names a column to leave out). A file is imported
 // into a temporary store first, checked against the run's train table (dtype and shape).
+//
+// Calibration (classification runs): with --calibrate TABLE the members also predict a labelled
+// table they did not train on, a temperature is fitted to the ensemble mean there
+// (loop/calibration.h), and the output gains the calibrated probabilities; --temperature T
+// applies a temperature fitted before.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -28,6 +33,9 @@ struct EnsemblePredictOptions {
   std::string label_column;      // CSV input: the column that is not a feature
   std::string store, table;
   std::optional<uint64_t> generation;
+  std::string calibrate_table;          // a labelled table to fit a temperature on
+  std::string calibrate_store;          // its store; empty: the run's store
+  std::optional<double> temperature;    // a temperature to apply instead of fitting one
   std::string out = "predictions.npz";  // .csv: CSV, anything else: .npz
   std::string member_binary;            // cohort-member
 };

@@ -1,0 +1,46 @@
+// Temperature scaling of an ensemble's mean prediction (Guo et al., "On Calibration of Modern
+// Neural Networks", 2017): one scalar T > 0 that turns the mean probabilities p into
+// softmax(log p / T), fitted to minimise the NLL on a labelled table the members did not train
+// on. T > 1 softens an over-confident ensemble, T < 1 sharpens an under-confident one (the
+// mean of calibrated members often is: averaging softens). The predicted class never changes,
+// so accuracy does not either; NLL on the fitting table can only fall, and ECE usually does.
+// `cohort predict --calibrate` uses it (docs/cli.md).
+//
+// Thread-safety: pure functions over caller-owned memory; concurrent calls are safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "loop/acquisition.h"
+#include "loop/ensemble_metrics.h"
+
+namespace cohort::loop {
+
+// The fitted temperature is searched in [kMinTemperature, kMaxTemperature]. On a table the
+// ensemble classifies perfectly the NLL falls as T does, until it is 0 in double precision: the
+// fit then returns a small T somewhere in that flat stretch.
+inline constexpr double kMinTemperature = 0.01;
+inline constexpr double kMaxTemperature = 100;
+
+struct TemperatureFit {
+  double temperature = 1;
+  ClassificationMetrics before;  // the ensemble mean on the fitting table
+  ClassificationMetrics after;   // softmax(log mean / temperature) on the same table
+};
+
+// softmax(log max(p, kNllProbabilityFloor) / temperature) for every row of `probabilities`
+// (rows of `classes` values). Errors: a temperature that is not finite and > 0, a size that is
+// not a multiple of `classes`.
+Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities, int64_t classes,
+                                            double temperature);
+
+// Fits the temperature of the ensemble mean of `predictions` against `labels` (one per sample,
+// in [0, classes)). Errors: those of ComputeEnsembleMetrics (invalid predictions, a label count
+// that is not the sample count, a label out of range), no samples.
+Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predictions,
+                                              const std::vector<int64_t>& labels);
+
+}  // namespace cohort::loop

@@ -1,0 +1,128 @@
+#include "loop/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace cohort::loop {
+namespace {
+
+// Samples whose labels are drawn from softmax(z) for random logits z, and two identical
+// members that predict softmax(z * sharpness): over-confident for sharpness > 1, under-confident
+// below 1, so the temperature that calibrates them is `sharpness`.
+struct Synthetic {
+  std::vector<float> data;  // 2 members x samples x classes
+  std::vector<int64_t> labels;
+  EnsemblePredictions view;
+
+  Synthetic(int64_t samples, int64_t classes, double sharpness, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> logit(0.0, 2.0);
+    std::vector<float> member;
+    std::vector<double> z(static_cast<size_t>(classes)), q(z.size());
+    for (int64_t i = 0; i < samples; i++) {
+      for (double& v : z) v = logit(rng);
+      double sum = 0;
+      for (int64_t c = 0; c < classes; c++) sum += (q[c] = std::exp(z[c]));
+      for (double& v : q) v /= sum;
+      labels.push_back(std::discrete_distribution<int64_t>(q.begin(), q.end())(rng));
+      double sharp_sum = 0;
+      for (int64_t c = 0; c < classes; c++) sharp_sum += std::exp(sharpness * z[c]);
+      for (int64_t c = 0; c < classes; c++) {
+        member.push_back(static_cast<float>(std::exp(sharpness * z[c]) / sharp_sum));
+      }
+    }
+    data = member;
+    data.insert(data.end(), member.begin(), member.end());
+    view = *MakeEnsemblePredictions(data, 2, samples, classes);
+  }
+};
+
+TEST(CalibrationTest, RecoversTheTemperatureOfAnOverConfidentEnsemble) {
+  Synthetic s(20000, 4, 2.0, 1);
+  auto fit = FitEnsembleTemperature(s.view, s.labels);
+  ASSERT_TRUE(fit.ok()) << fit.status().ToString();
+  EXPECT_NEAR(fit->temperature, 2.0, 0.1);
+  EXPECT_LT(fit->after.nll, fit->before.nll - 0.05);
+  EXPECT_LT(fit->after.ece, fit->before.ece / 2);
+  EXPECT_EQ(fit->after.accuracy, fit->before.accuracy);  // the argmax never moves
+  EXPECT_EQ(fit->after.count, 20000);
+}
+
+TEST(CalibrationTest, SharpensAnUnderConfidentEnsemble) {
+  Synthetic s(20000, 4, 0.5, 2);
+  auto fit = FitEnsembleTemperature(s.view, s.labels);
+  ASSERT_TRUE(fit.ok()) << fit.status().ToString();
+  EXPECT_NEAR(fit->temperature, 0.5, 0.03);
+  EXPECT_LT(fit->after.nll, fit->before.nll);
+  EXPECT_LT(fit->after.ece, fit->before.ece);
+}
+
+TEST(CalibrationTest, LeavesACalibratedEnsembleAlmostAlone) {
+  Synthetic s(20000, 4, 1.0, 3);
+  auto fit = FitEnsembleTemperature(s.view, s.labels);
+  ASSERT_TRUE(fit.ok()) << fit.status().ToString();
+  EXPECT_NEAR(fit->temperature, 1.0, 0.06);
+  EXPECT_LE(fit->after.nll, fit->before.nll);
+  EXPECT_NEAR(fit->after.nll, fit->before.nll, 1e-3);
+}
+
+TEST(CalibrationTest, AnAlwaysRightEnsembleSharpens) {
+  // Every sample right at 0.9: the NLL falls all the way as T falls.
+  std::vector<float> data = {0.9f, 0.1f, 0.1f, 0.9f, 0.9f, 0.1f};
+  auto view = MakeEnsemblePredictions(data, 1, 3, 2);
+  ASSERT_TRUE(view.ok());
+  auto fit = FitEnsembleTemperature(*view, {0, 1, 0});
+  ASSERT_TRUE(fit.ok()) << fit.status().ToString();
+  EXPECT_GE(fit->temperature, kMinTemperature);
+  EXPECT_LT(fit->temperature, 0.1);
+  EXPECT_LT(fit->after.nll, 1e-6);
+}
+
+TEST(CalibrationTest, RefusesWhatItCannotFit) {
+  std::vector<float> data = {0.9f, 0.1f, 0.2f, 0.8f};
+  auto view = MakeEnsemblePredictions(data, 1, 2, 2);
+  ASSERT_TRUE(view.ok());
+  EXPECT_FALSE(FitEnsembleTemperature(*view, {0}).ok());     // one label for two samples
+  EXPECT_FALSE(FitEnsembleTemperature(*view, {0, 2}).ok());  // a label outside the classes
+  EXPECT_FALSE(FitEnsembleTemperature(*view, {0, -1}).ok());
+  std::vector<float> none;
+  auto empty = MakeEnsemblePredictions(none, 1, 0, 2);
+  ASSERT_TRUE(empty.ok());
+  auto fit = FitEnsembleTemperature(*empty, {});
+  ASSERT_FALSE(fit.ok());
+  EXPECT_NE(fit.status().ToString().find("no samples"), std::string::npos);
+}
+
+TEST(CalibrationTest, ApplyTemperatureScalesLogProbabilities) {
+  // T = 2 takes square roots before renormalising: (0.8, 0.2) -> (2, 1) / 3.
+  std::vector<float> p = {0.8f, 0.2f, 0.5f, 0.5f};
+  auto out = ApplyTemperature(p, 2, 2.0);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_NEAR((*out)[0], 2.0 / 3, 1e-6);
+  EXPECT_NEAR((*out)[1], 1.0 / 3, 1e-6);
+  EXPECT_NEAR((*out)[2], 0.5, 1e-6);
+  auto same = ApplyTemperature(p, 2, 1.0);
+  ASSERT_TRUE(same.ok());
+  for (size_t i = 0; i < p.size(); i++) EXPECT_NEAR((*same)[i], p[i], 1e-6);
+  // A zero probability stays finite and (for T < 1) gets smaller, not NaN.
+  auto zero = ApplyTemperature(std::vector<float>{1.0f, 0.0f}, 2, 0.5);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ((*zero)[0], 1.0f);
+  EXPECT_EQ((*zero)[1], 0.0f);
+}
+
+TEST(CalibrationTest, ApplyTemperatureRefusesBadArguments) {
+  std::vector<float> p = {0.8f, 0.2f, 0.5f};
+  EXPECT_FALSE(ApplyTemperature(p, 2, 1.0).ok());  // not rows of 2
+  std::vector<float> q = {0.8f, 0.2f};
+  for (double t : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_FALSE(ApplyTemperature(q, 2, t).ok()) << t;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::loop
