@@ -6,6 +6,7 @@
 
 #include "model/checkpoint.h"
 #include "model/member.h"
+#include "model/dropout.h"
 #include "model/pool.h"
 #include "model/torch_compat.h"
 #include "store/host_array.h"
@@ -57,7 +58,7 @@ Result<json> LayerStep(const std::string& dir, int index,
     step["kernel"] = pool->kernel();
   } else if (m->as<torch::nn::Flatten>() != nullptr) {
     step["op"] = "flatten";
-  } else if (m->as<torch::nn::Dropout>() != nullptr) {
+  } else if (m->as<Dropout>() != nullptr) {
     step["op"] = "dropout";  // the identity at inference
   } else if (auto* bn = m->as<torch::nn::BatchNorm1d>()) {
     step["op"] = "batchnorm";

@@ -1,5 +1,6 @@
 #include "model/network.h"
 
+#include "model/dropout.h"
 #include "model/pool.h"
 
 namespace cohort::model {
@@ -104,7 +105,7 @@ NetworkImpl::NetworkImpl(const ModelSpec& spec, const std::vector<int64_t>& inpu
         layers_->push_back(torch::nn::Flatten());
         break;
       case LayerKind::kDropout:
-        layers_->push_back(torch::nn::Dropout(torch::nn::DropoutOptions(l.rate)));
+        layers_->push_back(Dropout(l.rate));
         break;
       case LayerKind::kBatchNorm:
         if (in.size() == 3) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/dropout.h"
 #include "model/pool.h"
 #include "model/torch_compat.h"
 
@@ -195,7 +196,7 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
       step.bias = bias.to(plan.dtype_).contiguous().to_mkldnn();
       any_dense = true;
       only_flattened = false;
-    } else if (module->as<torch::nn::Dropout>() != nullptr) {
+    } else if (module->as<Dropout>() != nullptr) {
       continue;  // the identity in evaluation
     } else if (const auto* conv = module->as<torch::nn::Conv2d>();
                conv != nullptr && conv->weight.scalar_type() == torch::kFloat &&

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "model/device_table.h"
+#include "model/dropout.h"
 #include "model/onednn_forward.h"
 #include "model/precision.h"
 #include "model/spec.h"
@@ -260,7 +261,7 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSourc
   net->eval();
   if (sample_dropout) {
     for (const auto& module : net->modules()) {
-      if (auto* dropout = module->as<torch::nn::Dropout>()) dropout->train();
+      if (auto* dropout = module->as<Dropout>()) dropout->train();
     }
   }
   const auto total = static_cast<int64_t>(rows.size());
@@ -305,7 +306,7 @@ Result<std::pair<torch::Tensor, torch::Tensor>> RunOver(Network& net, BatchSourc
 int64_t DropoutLayerCount(Network& net) {
   int64_t count = 0;
   for (const auto& module : net->modules()) {
-    if (module->as<torch::nn::Dropout>() != nullptr) count++;
+    if (module->as<Dropout>() != nullptr) count++;
   }
   return count;
 }
