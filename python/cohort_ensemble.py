@@ -12,6 +12,8 @@
     out["variance"]            # (n,) mean over classes of the members' variance
     out["agreement"]           # (n,) fraction of members whose argmax is `predicted`
     out["member_probabilities"]  # (members, n, classes)
+    out["calibrated_probabilities"]  # (n, classes) softmax(log p / T), only when exported
+                                     # with `--temperature T` (ens.temperature; else None)
     ens.predict(x, backend="torch")              # the same through torch.nn modules
 
 A regression ensemble (ens.task == "regression", targets of shape ens.target_shape) predicts
@@ -307,6 +309,15 @@ def uncertainty(member_probabilities):
     }
 
 
+def calibrate(probabilities, temperature):
+    """softmax(log p / T), p floored at float32's smallest normal number: what `cohort predict
+    --calibrate` / `--temperature` writes as calibrated_probabilities."""
+    z = np.log(np.maximum(np.asarray(probabilities, dtype=np.float64), 1.1754943508222875e-38))
+    z = z / temperature
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
 def regression_uncertainty(member_means, member_variances):
     """A regression ensemble's numbers from its members' means and variances (members, n,
     *target_shape), as `cohort predict RUN_DIR` computes them."""
@@ -341,6 +352,8 @@ class Ensemble:
         self.task = self.manifest.get("task", "classification")
         self.classes = self.manifest.get("classes", 0)
         self.target_shape = tuple(self.manifest.get("target_shape", ()))
+        # `cohort export --temperature T`: predict also gives the calibrated probabilities.
+        self.temperature = self.manifest.get("temperature")
         self._torch = None
 
     def predict(self, x, backend="numpy"):
@@ -360,7 +373,11 @@ class Ensemble:
             probs = [m.predict_proba(x) for m in self.members]
         else:
             probs = [m.predict_proba_torch(x, t) for m, t in zip(self.members, self._torch)]
-        return uncertainty(np.stack(probs))
+        out = uncertainty(np.stack(probs))
+        if self.temperature is not None:
+            out["calibrated_probabilities"] = calibrate(out["probabilities"], self.temperature)
+            out["temperature"] = np.float64(self.temperature)
+        return out
 
 
 def load(directory):

@@ -462,6 +462,29 @@ class Export(unittest.TestCase):
                 np.testing.assert_allclose(got[key], want[key], atol=1e-5,
                                            err_msg=f"{backend} {key}")
             np.testing.assert_array_equal(got["predicted"], want["predicted"])
+        self.assertIsNone(ens.temperature)
+        self.assertNotIn("calibrated_probabilities", got)
+
+    def test_calibrated_export_equals_calibrated_predict(self):
+        out = os.path.join(self.dir, "calibrated")
+        shutil.rmtree(out, ignore_errors=True)
+        cohort("export", RUN, "-o", out, "--temperature", "0.8")
+        with open(os.path.join(out, "manifest.json")) as f:
+            self.assertEqual(json.load(f)["temperature"], 0.8)
+        npz = os.path.join(self.dir, "calibrated.npz")
+        cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test", "--temperature",
+               "0.8", "-o", npz)
+        want = np.load(npz)
+        ens = load_exported(out).load(out)
+        for backend in ("numpy", "torch"):
+            got = ens.predict(self.x, backend=backend)
+            np.testing.assert_allclose(got["calibrated_probabilities"],
+                                       want["calibrated_probabilities"], atol=1e-5,
+                                       err_msg=backend)
+            self.assertEqual(float(got["temperature"]), 0.8)
+        # T < 1 sharpens: the top probability rises wherever it was below 1.
+        self.assertTrue((got["calibrated_probabilities"].max(axis=1) >=
+                         got["probabilities"].max(axis=1) - 1e-6).all())
 
     def test_loader_as_a_program_without_cohort(self):
         # Only the exported directory and numpy: a copy elsewhere, run as a script.
@@ -485,6 +508,10 @@ class Export(unittest.TestCase):
         self.assertEqual(fail_line(cohort("export", RUN, "--round", "4", "-o",
                                           os.path.join(self.dir, "r4"), check=False)),
                          "run ens has no round 4 (rounds 0 to 1)")
+        self.assertEqual(fail_line(cohort("export", RUN, "-o", os.path.join(self.dir, "t0"),
+                                          "--temperature", "0", check=False)),
+                         "--temperature 0: must be a finite number > 0")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "t0")))
 
 
 class RegressionExport(unittest.TestCase):
@@ -517,6 +544,14 @@ class RegressionExport(unittest.TestCase):
                                       "test_rmse": r["test_rmse"], "test_mae": r["test_mae"],
                                       "test_nll": r["test_nll"],
                                       "test_calibration": r["test_calibration"]})
+        # A temperature scales class probabilities: a regression export refuses one, and
+        # leaves no members behind.
+        refused = os.path.join(self.dir, "with-temperature")
+        self.assertEqual(
+            fail_line(cohort("export", REG_RUN, "-o", refused, "--temperature", "2",
+                             check=False)),
+            f"{REG_RUN}: --temperature scales class probabilities, and this is a regression run")
+        self.assertFalse(os.path.exists(os.path.join(refused, "members")))
 
     def test_loader_equals_predict(self):
         ens = load_exported(self.out).load(self.out)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@ struct ExportOptions {
   std::string run_dir;
   std::optional<int64_t> round;
   std::string out;
+  std::optional<double> temperature;  // written to the manifest: the loader calibrates with it
   std::string member_binary;
   std::string version;
 };
@@ -37,6 +39,10 @@ Status WriteText(const std::string& path, const std::string& text) {
 }
 
 Status RunExport(const ExportOptions& o) {
+  if (o.temperature && (!std::isfinite(*o.temperature) || *o.temperature <= 0)) {
+    return Status::InvalidArgument(
+        fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
+  }
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
   COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort export writes"));
   const int64_t round = chosen.first;
@@ -103,9 +109,15 @@ Status RunExport(const ExportOptions& o) {
   // A regression ensemble has no classes (its members say 0) but a target shape: the loader
   // shapes the means and variances by it.
   if (first["task"] == "regression") {
+    if (o.temperature) {
+      fs::remove_all(o.out + "/members", ec);  // what this export wrote
+      return Status::InvalidArgument(
+          o.run_dir + ": --temperature scales class probabilities, and this is a regression run");
+    }
     manifest.erase("classes");
     manifest["target_shape"] = first["target_shape"];
   }
+  if (o.temperature) manifest["temperature"] = *o.temperature;
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/cohort_ensemble.py", kEnsembleLoaderPy));
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/manifest.json", manifest.dump(2) + "\n"));
   fmt::print(
@@ -125,6 +137,9 @@ void AddExportCommand(CLI::App& app, std::function<Status()>* run, const char* v
   cmd->add_option("run_dir", o->run_dir, "the run directory (runs/NAME)")->required();
   cmd->add_option("--round", o->round, "the round (default: the last finished round)");
   cmd->add_option("-o,--out", o->out, "the directory to write (new or empty)")->required();
+  cmd->add_option("--temperature", o->temperature,
+                  "the loader also gives probabilities calibrated at this temperature (the one "
+                  "cohort predict --calibrate printed)");
   cmd->callback([o, run] {
     o->member_binary = SiblingExecutable("cohort-member");
     *run = [o] { return RunExport(*o); };
