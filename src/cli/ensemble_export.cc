@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include "cli/run_cli.h"
 #include "common/file_util.h"
 #include "common/time_text.h"
+#include "loop/calibration.h"
 #include "loop/run_reader.h"
 #include "store/snapshot.h"
 
@@ -39,7 +39,7 @@ Status WriteText(const std::string& path, const std::string& text) {
 }
 
 Status RunExport(const ExportOptions& o) {
-  if (o.temperature && (!std::isfinite(*o.temperature) || *o.temperature <= 0)) {
+  if (o.temperature && !loop::ValidTemperature(*o.temperature)) {
     return Status::InvalidArgument(
         fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
   }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -247,7 +246,7 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   if (!o.calibrate_store.empty() && o.calibrate_table.empty()) {
     return Status::InvalidArgument("--calibrate-store needs --calibrate TABLE");
   }
-  if (o.temperature && (!std::isfinite(*o.temperature) || *o.temperature <= 0)) {
+  if (o.temperature && !loop::ValidTemperature(*o.temperature)) {
     return Status::InvalidArgument(
         fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
   }

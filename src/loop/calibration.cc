@@ -25,9 +25,11 @@ double ScaledNll(const std::vector<double>& log_mean, const std::vector<int64_t>
 
 }  // namespace
 
+bool ValidTemperature(double temperature) { return std::isfinite(temperature) && temperature > 0; }
+
 Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities, int64_t classes,
                                             double temperature) {
-  if (!std::isfinite(temperature) || temperature <= 0) {
+  if (!ValidTemperature(temperature)) {
     return Status::InvalidArgument("temperature " + std::to_string(temperature) +
                                    " is not a finite number > 0");
   }

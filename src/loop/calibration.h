@@ -25,6 +25,10 @@ namespace cohort::loop {
 inline constexpr double kMinTemperature = 0.01;
 inline constexpr double kMaxTemperature = 100;
 
+// Whether `temperature` is one ApplyTemperature takes: finite and > 0 (what the CLI options
+// check before any work).
+bool ValidTemperature(double temperature);
+
 struct TemperatureFit {
   double temperature = 1;
   ClassificationMetrics before;  // the ensemble mean on the fitting table
