@@ -544,14 +544,14 @@ class RegressionExport(unittest.TestCase):
                                       "test_rmse": r["test_rmse"], "test_mae": r["test_mae"],
                                       "test_nll": r["test_nll"],
                                       "test_calibration": r["test_calibration"]})
-        # A temperature scales class probabilities: a regression export refuses one, and
-        # leaves no members behind.
+        # A temperature scales class probabilities: a regression export refuses one before
+        # it writes anything.
         refused = os.path.join(self.dir, "with-temperature")
         self.assertEqual(
             fail_line(cohort("export", REG_RUN, "-o", refused, "--temperature", "2",
                              check=False)),
             f"{REG_RUN}: --temperature scales class probabilities, and this is a regression run")
-        self.assertFalse(os.path.exists(os.path.join(refused, "members")))
+        self.assertFalse(os.path.exists(refused))
 
     def test_loader_equals_predict(self):
         ens = load_exported(self.out).load(self.out)

@@ -14,8 +14,8 @@
 #include "common/file_util.h"
 #include "common/time_text.h"
 #include "loop/calibration.h"
+#include "loop/predictions.h"
 #include "loop/run_reader.h"
-#include "store/snapshot.h"
 
 namespace cohort::cli {
 
@@ -46,6 +46,13 @@ Status RunExport(const ExportOptions& o) {
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
   COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort export writes"));
   const int64_t round = chosen.first;
+  if (o.temperature) {
+    COHORT_ASSIGN_OR_RETURN(const loop::RoundTrainTable train, loop::TrainTableOfRound(run, round));
+    if (loop::RunTaskOf(*train.table).regression) {
+      return Status::InvalidArgument(
+          o.run_dir + ": --temperature scales class probabilities, and this is a regression run");
+    }
+  }
   std::error_code ec;
   if (fs::exists(o.out) && !fs::is_empty(o.out, ec)) {
     return Status::AlreadyExists(o.out +
@@ -109,11 +116,6 @@ Status RunExport(const ExportOptions& o) {
   // A regression ensemble has no classes (its members say 0) but a target shape: the loader
   // shapes the means and variances by it.
   if (first["task"] == "regression") {
-    if (o.temperature) {
-      fs::remove_all(o.out + "/members", ec);  // what this export wrote
-      return Status::InvalidArgument(
-          o.run_dir + ": --temperature scales class probabilities, and this is a regression run");
-    }
     manifest.erase("classes");
     manifest["target_shape"] = first["target_shape"];
   }

@@ -253,14 +253,9 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
   COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort predict runs"));
   const int64_t round = chosen.first;
-  // What the members were trained on.
-  COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
-  uint64_t trained_on = 0;
-  for (const auto& r : rounds) {
-    if (r.round == round) trained_on = r.input_generation;
-  }
-  COHORT_ASSIGN_OR_RETURN(auto run_snap, store::Snapshot::Open(run.paths.store(), trained_on));
-  COHORT_ASSIGN_OR_RETURN(const store::Table* train, run_snap->table(run.config.store.train));
+  COHORT_ASSIGN_OR_RETURN(const loop::RoundTrainTable trained_on,
+                          loop::TrainTableOfRound(run, round));
+  const store::Table* train = trained_on.table;
   // The train table's labels make the run what it is, so they say what the members' files hold.
   const loop::RunTask task = loop::RunTaskOf(*train);
   if (task.regression && (!o.calibrate_table.empty() || o.temperature)) {

@@ -55,13 +55,12 @@ Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities
 
 Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predictions,
                                               const std::vector<int64_t>& labels) {
-  COHORT_ASSIGN_OR_RETURN(EnsembleMetrics metrics, ComputeEnsembleMetrics(predictions, labels));
-  if (predictions.samples == 0) {
-    return Status::InvalidArgument("no samples to fit a temperature on");
-  }
+  COHORT_RETURN_IF_ERROR(ValidatePredictions(predictions));
   const EnsemblePredictions& p = predictions;
+  if (p.samples == 0) return Status::InvalidArgument("no samples to fit a temperature on");
   const int64_t C = p.classes;
-  // The mean in float32, as `cohort predict` writes it and ApplyTemperature then reads it.
+  // The mean in float32, as `cohort predict` writes it and ApplyTemperature then reads it; the
+  // metrics before and after are those of a one-member view of it.
   std::vector<float> mean(static_cast<size_t>(p.samples * C));
   const double inv_m = 1.0 / static_cast<double>(p.members);
   for (int64_t i = 0; i < p.samples; i++) {
@@ -71,6 +70,9 @@ Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predict
       mean[i * C + c] = static_cast<float>(sum * inv_m);
     }
   }
+  COHORT_ASSIGN_OR_RETURN(EnsemblePredictions mean_view,
+                          MakeEnsemblePredictions(mean, 1, p.samples, C));
+  COHORT_ASSIGN_OR_RETURN(EnsembleMetrics before, ComputeEnsembleMetrics(mean_view, labels));
   std::vector<double> log_mean(mean.size());
   for (size_t j = 0; j < mean.size(); j++) {
     log_mean[j] = std::log(std::max<double>(mean[j], kNllProbabilityFloor));
@@ -110,7 +112,7 @@ Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predict
   COHORT_ASSIGN_OR_RETURN(EnsembleMetrics after, ComputeEnsembleMetrics(view, labels));
   TemperatureFit fit;
   fit.temperature = temperature;
-  fit.before = metrics.ensemble;
+  fit.before = before.ensemble;
   fit.after = after.ensemble;
   return fit;
 }

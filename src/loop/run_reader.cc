@@ -112,4 +112,17 @@ Result<std::pair<int64_t, std::vector<FinishedMember>>> NativeMembersOf(
   return chosen;
 }
 
+Result<RoundTrainTable> TrainTableOfRound(const RunReader& run, int64_t round) {
+  COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
+  for (const auto& r : rounds) {
+    if (r.round != round) continue;
+    RoundTrainTable out;
+    COHORT_ASSIGN_OR_RETURN(out.snapshot,
+                            store::Snapshot::Open(run.paths.store(), r.input_generation));
+    COHORT_ASSIGN_OR_RETURN(out.table, out.snapshot->table(run.config.store.train));
+    return out;
+  }
+  return Status::NotFound(fmt::format("{}: round {} is not in the journal", run.paths.root, round));
+}
+
 }  // namespace cohort::loop

@@ -15,6 +15,7 @@
 #include "loop/config.h"
 #include "loop/journal.h"
 #include "loop/run_dir.h"
+#include "store/snapshot.h"
 
 namespace cohort::loop {
 
@@ -54,5 +55,14 @@ Result<std::pair<int64_t, std::vector<FinishedMember>>> FinishedMembersOf(
 // script's own, so commands that load the ensemble (`verb`: "cohort predict runs") cannot.
 Result<std::pair<int64_t, std::vector<FinishedMember>>> NativeMembersOf(
     const RunReader& run, std::optional<int64_t> round, const std::string& verb);
+
+// The train table of the store generation `round` trained on; its labels say what the
+// members learned (RunTaskOf), its schema what they take. `snapshot` keeps `table` alive.
+// Errors: the round is not in the journal, the store's.
+struct RoundTrainTable {
+  std::shared_ptr<const store::Snapshot> snapshot;
+  const store::Table* table = nullptr;
+};
+Result<RoundTrainTable> TrainTableOfRound(const RunReader& run, int64_t round);
 
 }  // namespace cohort::loop
