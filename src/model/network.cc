@@ -1,7 +1,9 @@
 #include "model/network.h"
 
 #include "model/dropout.h"
+#include "model/onednn_linear.h"
 #include "model/pool.h"
+#include "model/precision.h"
 
 namespace cohort::model {
 
@@ -140,7 +142,16 @@ void NetworkImpl::SetStandardization(const torch::Tensor& mean, const torch::Ten
 torch::Tensor NetworkImpl::forward(torch::Tensor x) {
   if (standardize_) x = (x - mean_) * inv_std_;
   if (add_channel_) x = x.unsqueeze(1);
-  return layers_->forward(x);
+  const bool onednn = onednn_dense_ && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
+                      !AutocastEnabled(torch::kCPU);
+  if (!onednn) return layers_->forward(x);
+  for (auto& layer : *layers_) {
+    const auto* dense = layer.ptr()->as<torch::nn::Linear>();
+    x = dense != nullptr && x.dim() == 2 && dense->weight.scalar_type() == torch::kFloat
+            ? OneDnnLinear(x, dense->weight, dense->bias)
+            : layer.forward(x);
+  }
+  return x;
 }
 
 }  // namespace cohort::model

@@ -29,6 +29,10 @@ class NetworkImpl : public torch::nn::Module {
               bool standardize);
   torch::Tensor forward(torch::Tensor x);
 
+  // Dense layers through oneDNN (model/onednn_linear.h) for float CPU batches outside
+  // autocast, forward and backward; off by default. The trainer decides.
+  void set_onednn_dense(bool on) { onednn_dense_ = on; }
+
   // Sets the standardisation statistics (shape = input_shape).
   void SetStandardization(const torch::Tensor& mean, const torch::Tensor& std);
 
@@ -45,8 +49,9 @@ class NetworkImpl : public torch::nn::Module {
   std::vector<int64_t> input_shape_;
   bool add_channel_ = false;  // (H, W) images feed conv/pool layers as (1, H, W)
   bool standardize_ = false;  // without it the buffers stay 0 and 1 and are skipped
-  torch::Tensor mean_;        // buffer, input_shape
-  torch::Tensor inv_std_;     // buffer, input_shape
+  bool onednn_dense_ = false;
+  torch::Tensor mean_;     // buffer, input_shape
+  torch::Tensor inv_std_;  // buffer, input_shape
 };
 TORCH_MODULE(Network);
 

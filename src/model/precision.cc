@@ -12,15 +12,15 @@
 
 namespace cohort::model {
 
-namespace {
-
-bool IsEnabled(torch::DeviceType type) {
+bool AutocastEnabled(torch::DeviceType type) {
 #if COHORT_AUTOCAST_PER_DEVICE
   return at::autocast::is_autocast_enabled(type);
 #else
   return type == torch::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
 #endif
 }
+
+namespace {
 
 torch::ScalarType Dtype(torch::DeviceType type) {
 #if COHORT_AUTOCAST_PER_DEVICE
@@ -52,7 +52,7 @@ PrecisionScope::PrecisionScope(const torch::Device& device, const std::string& p
   if (precision != "bf16") return;
   active_ = true;
   type_ = device.type();
-  was_enabled_ = IsEnabled(type_);
+  was_enabled_ = AutocastEnabled(type_);
   was_dtype_ = Dtype(type_);
   at::autocast::increment_nesting();
   Set(type_, true, torch::kBFloat16);

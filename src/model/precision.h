@@ -16,6 +16,9 @@
 
 namespace cohort::model {
 
+// Whether autocast is on for `type` in this thread (a PrecisionScope of a bf16 member is open).
+bool AutocastEnabled(torch::DeviceType type);
+
 class PrecisionScope {
  public:
   PrecisionScope(const torch::Device& device, const std::string& precision);

@@ -12,6 +12,7 @@
 #include "model/checkpoint.h"
 #include "model/member.h"
 #include "model/network.h"
+#include "model/onednn_forward.h"
 #include "model/precision.h"
 #include "model/task.h"
 #include "model/tensors.h"
@@ -224,6 +225,11 @@ class TrainingRun {
     }
     result_.resident_data = source_->resident();
     net_->to(plan_.device);
+    // fp32 dense layers through oneDNN on the CPU (model/onednn_linear.h); COHORT_ONEDNN=off
+    // keeps libtorch's own (BLAS) path, and any other value than auto/on/off is refused.
+    COHORT_ASSIGN_OR_RETURN(const bool onednn, OneDnnEnabledFromEnv());
+    net_->set_onednn_dense(onednn && at::hasMKLDNN() && plan_.device.is_cpu() &&
+                           plan_.meta.precision == "fp32");
     optimizer_ = MakeOptimizer(config_.optimizer, net_->parameters());
     if (!config_.warm_start_from.empty()) {
       COHORT_RETURN_IF_ERROR(

@@ -1,0 +1,30 @@
+// OneDnnLinear: a dense layer's forward and backward for fp32 training on the CPU through
+// oneDNN's inner product (inside libtorch: mkldnn_linear and its two backward ops) instead of
+// the BLAS sgemm (internal to src/model).
+//
+// Why: oneDNN picks the CPU's widest instructions itself, while OpenBLAS runs whichever kernel
+// its core detection or OPENBLAS_CORETYPE gives it. On this project's CPU (AVX-512) a training
+// step's three products of a 128x6272 batch and a 6272x128 layer took 20.6 ms through the
+// sgemm with OpenBLAS's default kernel (30 GFLOPS) against 6.0 ms through oneDNN
+// (docs/benchmarks.md, "Training"); the weight gradient's transposed product is where the sgemm
+// loses most. Results match torch::nn::functional::linear to float rounding (another summation
+// order), and are the same bits run to run at a fixed thread count.
+//
+// The trainer turns it on for a Network (NetworkImpl::set_onednn_dense) that trains on the CPU
+// in fp32 where libtorch has oneDNN and COHORT_ONEDNN is not "off"; the network then uses it for
+// float batches outside autocast. bf16 members, other devices and prediction passes (which
+// have OneDnnForward) keep the module's own forward.
+//
+// Thread-safety: pure functions; concurrent calls on different tensors are safe.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace cohort::model {
+
+// x (B, in) float on the CPU, weight (out, in), bias (out) or undefined: x W^T + b, with the
+// gradients of x, weight and bias (those that require one) computed by oneDNN too.
+torch::Tensor OneDnnLinear(const torch::Tensor& x, const torch::Tensor& weight,
+                           const torch::Tensor& bias);
+
+}  // namespace cohort::model

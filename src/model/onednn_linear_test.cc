@@ -1,0 +1,139 @@
+// The oneDNN dense layer gives torch's linear outputs and gradients to float rounding, the same
+// bits every time, only the gradients asked for, and a network uses it only where it should.
+#include "model/onednn_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/network.h"
+#include "model/precision.h"
+
+namespace cohort::model {
+namespace {
+
+void ExpectClose(const torch::Tensor& want, const torch::Tensor& got, const std::string& what) {
+  ASSERT_EQ(want.sizes(), got.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), torch::kFloat) << what;
+  const double scale = want.abs().max().item<double>() + 1;
+  EXPECT_LT((want - got).abs().max().item<double>(), 1e-5 * scale) << what;
+}
+
+TEST(OneDnnLinearTest, OutputsAndGradientsMatchTorch) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
+  torch::manual_seed(1);
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "bias" : "no bias");
+    torch::Tensor x = torch::randn({37, 300});
+    torch::Tensor w = torch::randn({70, 300}) * 0.1;
+    torch::Tensor b = with_bias ? torch::randn({70}) : torch::Tensor();
+    torch::Tensor grad = torch::randn({37, 70});
+
+    torch::Tensor x1 = x.clone().requires_grad_(), w1 = w.clone().requires_grad_();
+    torch::Tensor b1 = with_bias ? b.clone().requires_grad_() : torch::Tensor();
+    torch::Tensor want = torch::nn::functional::linear(x1, w1, b1);
+    want.backward(grad);
+
+    torch::Tensor x2 = x.clone().requires_grad_(), w2 = w.clone().requires_grad_();
+    torch::Tensor b2 = with_bias ? b.clone().requires_grad_() : torch::Tensor();
+    torch::Tensor got = OneDnnLinear(x2, w2, b2);
+    ASSERT_NE(got.grad_fn(), nullptr);
+    EXPECT_NE(got.grad_fn()->name().find("OneDnnLinear"), std::string::npos)
+        << got.grad_fn()->name();
+    EXPECT_FALSE(got.is_mkldnn());
+    ExpectClose(want.detach(), got.detach(), "output");
+    got.backward(grad);
+    ExpectClose(x1.grad(), x2.grad(), "input gradient");
+    ExpectClose(w1.grad(), w2.grad(), "weight gradient");
+    if (with_bias) ExpectClose(b1.grad(), b2.grad(), "bias gradient");
+  }
+}
+
+TEST(OneDnnLinearTest, SameBitsEveryTimeAndOnlyTheGradientsAskedFor) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
+  torch::manual_seed(2);
+  // The first layer of an MLP: its input (the data) needs no gradient.
+  torch::Tensor x = torch::randn({64, 784});
+  torch::Tensor grad = torch::randn({64, 32});
+  torch::Tensor first_weight_grad;
+  for (int run = 0; run < 2; run++) {
+    torch::Tensor w = (torch::ones({32, 784}) * 0.01).requires_grad_();
+    torch::Tensor b = torch::zeros({32}).requires_grad_();
+    OneDnnLinear(x, w, b).backward(grad);
+    EXPECT_FALSE(x.grad().defined());
+    ASSERT_TRUE(w.grad().defined());
+    ASSERT_TRUE(b.grad().defined());
+    if (run == 0) {
+      first_weight_grad = w.grad().clone();
+    } else {
+      EXPECT_TRUE(torch::equal(first_weight_grad, w.grad()));
+    }
+  }
+  // Frozen weights (no gradient) still pass one to the input.
+  torch::Tensor xi = x.clone().requires_grad_();
+  torch::Tensor frozen = torch::ones({32, 784}) * 0.01;
+  OneDnnLinear(xi, frozen, torch::Tensor()).backward(grad);
+  ExpectClose(grad.mm(frozen), xi.grad(), "input gradient with frozen weights");
+}
+
+Network MakeMlp() {
+  auto spec = ParseModelSpec("dense 64 relu, dropout 0.2, dense 10", "m");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  torch::manual_seed(3);
+  return Network(*spec, std::vector<int64_t>{28, 28}, 10, /*standardize=*/false);
+}
+
+TEST(OneDnnLinearTest, ANetworkUsesItOnlyWhenOnForFloatOutsideAutocast) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
+  Network net = MakeMlp();
+  net->eval();  // dropout off: the two paths see the same values
+  torch::Tensor x = torch::rand({16, 28, 28});
+  const torch::Tensor blas = net->forward(x);
+  EXPECT_EQ(blas.grad_fn()->name().find("OneDnnLinear"), std::string::npos);
+
+  net->set_onednn_dense(true);
+  const torch::Tensor onednn = net->forward(x);
+  EXPECT_NE(onednn.grad_fn()->name().find("OneDnnLinear"), std::string::npos)
+      << onednn.grad_fn()->name();
+  ExpectClose(blas.detach(), onednn.detach(), "network output");
+
+  {
+    // A bf16 member's forward: autocast's own bf16 dense layers, not the fp32 oneDNN path.
+    PrecisionScope scope(torch::kCPU, "bf16");
+    const torch::Tensor bf16 = net->forward(x);
+    EXPECT_EQ(bf16.grad_fn()->name().find("OneDnnLinear"), std::string::npos)
+        << bf16.grad_fn()->name();
+  }
+  // Another dtype takes the module's own forward.
+  net->to(torch::kDouble);
+  const torch::Tensor doubles = net->forward(x.to(torch::kDouble));
+  EXPECT_EQ(doubles.scalar_type(), torch::kDouble);
+  EXPECT_EQ(doubles.grad_fn()->name().find("OneDnnLinear"), std::string::npos);
+}
+
+TEST(OneDnnLinearTest, TrainingStepsMatchTheBlasPath) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
+  // Ten Adam steps each way from the same weights: the weights stay within float rounding.
+  torch::Tensor x = torch::rand({32, 28, 28});
+  torch::Tensor y = torch::randint(0, 10, {32});
+  std::vector<torch::Tensor> finals[2];
+  for (int onednn = 0; onednn < 2; onednn++) {
+    Network net = MakeMlp();
+    net->eval();
+    net->set_onednn_dense(onednn == 1);
+    torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-3));
+    for (int step = 0; step < 10; step++) {
+      adam.zero_grad();
+      torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+      adam.step();
+    }
+    for (const auto& p : net->parameters()) finals[onednn].push_back(p.detach().clone());
+  }
+  ASSERT_EQ(finals[0].size(), finals[1].size());
+  for (size_t i = 0; i < finals[0].size(); i++) {
+    ExpectClose(finals[0][i], finals[1][i], "parameter " + std::to_string(i));
+  }
+}
+
+}  // namespace
+}  // namespace cohort::model
