@@ -147,9 +147,10 @@ torch::Tensor NetworkImpl::forward(torch::Tensor x) {
   if (!onednn) return layers_->forward(x);
   for (auto& layer : *layers_) {
     const auto* dense = layer.ptr()->as<torch::nn::Linear>();
-    x = dense != nullptr && x.dim() == 2 && dense->weight.scalar_type() == torch::kFloat
-            ? OneDnnLinear(x, dense->weight, dense->bias)
-            : layer.forward(x);
+    const bool through_onednn = dense != nullptr && x.dim() == 2 &&
+                                dense->weight.scalar_type() == torch::kFloat &&
+                                x.size(0) * dense->weight.numel() >= kOneDnnLinearMinMultiplyAdds;
+    x = through_onednn ? OneDnnLinear(x, dense->weight, dense->bias) : layer.forward(x);
   }
   return x;
 }

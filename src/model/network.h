@@ -29,8 +29,9 @@ class NetworkImpl : public torch::nn::Module {
               bool standardize);
   torch::Tensor forward(torch::Tensor x);
 
-  // Dense layers through oneDNN (model/onednn_linear.h) for float CPU batches outside
-  // autocast, forward and backward; off by default. The trainer decides.
+  // Dense layers through oneDNN (model/onednn_linear.h), forward and backward, for float CPU
+  // batches outside autocast where a layer's batch x in x out reaches
+  // kOneDnnLinearMinMultiplyAdds; off by default. The trainer decides.
   void set_onednn_dense(bool on) { onednn_dense_ = on; }
 
   // Sets the standardisation statistics (shape = input_shape).

@@ -37,8 +37,9 @@
 //
 // Used by prediction passes (RunOver) on the CPU, except MC-dropout passes (dropout runs in the
 // network's modules) and where oneDNN is unavailable; `COHORT_ONEDNN=off` in the environment
-// turns it off (`on`/`auto`, the default, leave it on; anything else is refused). Training and
-// validation keep the network's forward.
+// turns it off (`on`/`auto`, the default, leave it on; anything else is refused), and with it the
+// training path's oneDNN dense layers (model/onednn_linear.h). Training and validation keep the
+// network's forward.
 //
 // Thread-safety: one thread at a time, like the network it reads.
 #pragma once

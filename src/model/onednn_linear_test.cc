@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "model/network.h"
 #include "model/precision.h"
@@ -83,39 +85,56 @@ Network MakeMlp() {
   return Network(*spec, std::vector<int64_t>{28, 28}, 10, /*standardize=*/false);
 }
 
-TEST(OneDnnLinearTest, ANetworkUsesItOnlyWhenOnForFloatOutsideAutocast) {
+// Whether the autograd graph behind `t` holds a node whose name contains `name`.
+bool GraphHas(const torch::Tensor& t, const std::string& name) {
+  std::vector<std::shared_ptr<torch::autograd::Node>> todo = {t.grad_fn()};
+  while (!todo.empty()) {
+    auto node = todo.back();
+    todo.pop_back();
+    if (node == nullptr) continue;
+    if (node->name().find(name) != std::string::npos) return true;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function);
+  }
+  return false;
+}
+
+TEST(OneDnnLinearTest, ANetworkUsesItOnlyWhenOnForLargeFloatLayersOutsideAutocast) {
   if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
   Network net = MakeMlp();
   net->eval();  // dropout off: the two paths see the same values
-  torch::Tensor x = torch::rand({16, 28, 28});
+  // 128 x 784 x 64 multiply-adds reach the threshold; the 64-to-10 layer does not.
+  ASSERT_GE(128 * 784 * 64, kOneDnnLinearMinMultiplyAdds);
+  ASSERT_LT(128 * 64 * 10, kOneDnnLinearMinMultiplyAdds);
+  torch::Tensor x = torch::rand({128, 28, 28});
   const torch::Tensor blas = net->forward(x);
-  EXPECT_EQ(blas.grad_fn()->name().find("OneDnnLinear"), std::string::npos);
+  EXPECT_FALSE(GraphHas(blas, "OneDnnLinear"));
 
   net->set_onednn_dense(true);
   const torch::Tensor onednn = net->forward(x);
-  EXPECT_NE(onednn.grad_fn()->name().find("OneDnnLinear"), std::string::npos)
+  EXPECT_TRUE(GraphHas(onednn, "OneDnnLinear"));
+  EXPECT_NE(onednn.grad_fn()->name().find("Addmm"), std::string::npos)  // the small layer
       << onednn.grad_fn()->name();
   ExpectClose(blas.detach(), onednn.detach(), "network output");
 
+  // A small batch: every layer keeps the sgemm (oneDNN's fixed cost would dominate).
+  EXPECT_FALSE(GraphHas(net->forward(x.slice(0, 0, 16)), "OneDnnLinear"));
   {
     // A bf16 member's forward: autocast's own bf16 dense layers, not the fp32 oneDNN path.
     PrecisionScope scope(torch::kCPU, "bf16");
-    const torch::Tensor bf16 = net->forward(x);
-    EXPECT_EQ(bf16.grad_fn()->name().find("OneDnnLinear"), std::string::npos)
-        << bf16.grad_fn()->name();
+    EXPECT_FALSE(GraphHas(net->forward(x), "OneDnnLinear"));
   }
   // Another dtype takes the module's own forward.
   net->to(torch::kDouble);
   const torch::Tensor doubles = net->forward(x.to(torch::kDouble));
   EXPECT_EQ(doubles.scalar_type(), torch::kDouble);
-  EXPECT_EQ(doubles.grad_fn()->name().find("OneDnnLinear"), std::string::npos);
+  EXPECT_FALSE(GraphHas(doubles, "OneDnnLinear"));
 }
 
 TEST(OneDnnLinearTest, TrainingStepsMatchTheBlasPath) {
   if (!at::hasMKLDNN()) GTEST_SKIP() << "libtorch without oneDNN";
   // Ten Adam steps each way from the same weights: the weights stay within float rounding.
-  torch::Tensor x = torch::rand({32, 28, 28});
-  torch::Tensor y = torch::randint(0, 10, {32});
+  torch::Tensor x = torch::rand({128, 28, 28});  // the first layer through oneDNN
+  torch::Tensor y = torch::randint(0, 10, {128});
   std::vector<torch::Tensor> finals[2];
   for (int onednn = 0; onednn < 2; onednn++) {
     Network net = MakeMlp();
