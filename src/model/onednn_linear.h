@@ -3,12 +3,12 @@
 // the BLAS sgemm (internal to src/model).
 //
 // Why: oneDNN picks the CPU's widest instructions itself, while OpenBLAS runs whichever kernel
-// its core detection or OPENBLAS_CORETYPE gives it. On this project's CPU (AVX-512) a training
-// step's three products of a 128x6272 batch and a 6272x128 layer took 20.6 ms through the
-// sgemm with OpenBLAS's default kernel (30 GFLOPS) against 6.0 ms through oneDNN
-// (docs/benchmarks.md, "Training"); the weight gradient's transposed product is where the sgemm
-// loses most. Results match torch::nn::functional::linear to float rounding (another summation
-// order), and are the same bits run to run at a fixed thread count.
+// its core detection or OPENBLAS_CORETYPE gives it. On the 2026-12-06 machine (AVX-512) a
+// training step's three products of a 128x6272 batch and a 6272x128 layer took 20.6 ms through
+// the sgemm with OpenBLAS's detected SSE3 kernel (30 GFLOPS) and 8.6 ms with its Haswell kernel,
+// against 6.0-6.2 ms through oneDNN (docs/models.md). Results match torch::nn::functional::linear
+// to float rounding (another summation order), and are the same bits run to run at a fixed thread
+// count.
 //
 // The trainer turns it on for a Network (NetworkImpl::set_onednn_dense) that trains on the CPU
 // in fp32 where libtorch has oneDNN and COHORT_ONEDNN is not "off"; the network then uses it for

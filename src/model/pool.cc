@@ -41,10 +41,12 @@ PlaneShape ShapeOf(const torch::Tensor& x, int64_t kernel) {
   return {x.size(0) * x.size(1), x.size(2), x.size(3), kernel};
 }
 
+// Planes per intra-op task: a 28x28 plane is a few microseconds of work.
+constexpr int64_t kPlanesPerTask = 16;
+
 template <typename Body>
 void ForEachPlane(const PlaneShape& s, Body body) {
-  // A grain of a few planes: a 28x28 plane is a few microseconds of work.
-  at::parallel_for(0, s.planes, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, s.planes, kPlanesPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; p++) body(p);
   });
 }
@@ -94,7 +96,8 @@ template <typename T>
 void MaxPool2x2Planes(const PlaneShape& s, const T* x, T* out, uint8_t* where) {
   const int64_t oh = s.out_height(), ow = s.out_width();
   const int64_t pairs_per_plane = s.height * ow;  // width == 2 * ow
-  at::parallel_for(0, s.planes, 16, [&](int64_t begin, int64_t end) {
+  // Not ForEachPlane: each task keeps one buffer for the planes it takes.
+  at::parallel_for(0, s.planes, kPlanesPerTask, [&](int64_t begin, int64_t end) {
     // One plane's pairs at a time, so they are still in the L1 cache for the second pass.
     std::vector<float> best(static_cast<size_t>(pairs_per_plane));
     std::vector<uint8_t> at(static_cast<size_t>(pairs_per_plane));
