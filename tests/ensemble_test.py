@@ -224,6 +224,61 @@ class Predict(unittest.TestCase):
         self.assertIn(f"temperature {t:.4f}; there NLL", proc.stdout)
         self.assertIn(f"calibrated probabilities at temperature {t:.4f}", proc.stdout)
 
+        # The loop fitted the same temperature to the same round's ensemble on the same table,
+        # and journalled NLL and ECE with each half of the table calibrated at the temperature
+        # fitted on the other half (rows of the other parity).
+        db = loop_test.journal(RUN)
+        row = db.execute("SELECT test_temperature, test_nll_calibrated, test_ece_calibrated, "
+                         "test_nll FROM rounds WHERE status = 'done' ORDER BY round DESC "
+                         "LIMIT 1").fetchone()
+        db.close()
+        self.assertAlmostEqual(row["test_temperature"], t, delta=1e-6 * t)
+        self.assertAlmostEqual(row["test_nll"], nll(1.0), places=5)
+
+        def fit(rows):
+            def half_nll(u):
+                z = np.log(np.maximum(mean[rows], 1.1754943508222875e-38)) * np.exp(u)
+                z = z - z.max(axis=1, keepdims=True)
+                logq = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+                return -logq[np.arange(len(rows)), labels[rows]].mean()
+            lo, hi = -np.log(100), -np.log(0.01)  # golden-section over log(1 / T)
+            for _ in range(200):
+                a, b = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+                lo, hi = (lo, b) if half_nll(a) <= half_nll(b) else (a, hi)
+            return float(np.exp(-(lo + hi) / 2))
+
+        even, odd = np.arange(0, len(labels), 2), np.arange(1, len(labels), 2)
+        calibrated = np.empty_like(mean)
+        calibrated[even] = scaled(fit(odd))[even]
+        calibrated[odd] = scaled(fit(even))[odd]
+        cross_nll = -np.log(calibrated[np.arange(len(labels)), labels]).mean()
+        self.assertAlmostEqual(row["test_nll_calibrated"], cross_nll, places=5)
+        # Fitted on all rows, the NLL could only be lower: the journal's is not that one.
+        self.assertGreater(row["test_nll_calibrated"], nll(t) + 1e-5)
+
+        # --calibrated applies the journal's temperature; export writes it for the loader.
+        loop_t = row["test_temperature"]
+        out = os.path.join(self.dir, "loop-calibrated.npz")
+        proc = cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test",
+                      "--calibrated", "-o", out)
+        got = dict(np.load(out))
+        self.assertEqual(float(got["temperature"]), loop_t)
+        np.testing.assert_allclose(got["calibrated_probabilities"], scaled(loop_t), atol=1e-6)
+        self.assertIn(f"calibrated probabilities at temperature {loop_t:.4f}", proc.stdout)
+        exported = os.path.join(self.dir, "loop-calibrated")
+        shutil.rmtree(exported, ignore_errors=True)
+        cohort("export", RUN, "-o", exported, "--calibrated")
+        with open(os.path.join(exported, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(manifest["temperature"], loop_t)
+        self.assertEqual(manifest["round"]["test_temperature"], loop_t)
+        confidence = calibrated.max(axis=1)
+        correct = calibrated.argmax(axis=1) == labels
+        bins = np.minimum((confidence * 15).astype(int), 14)
+        ece = sum(abs(correct[bins == b].sum() - confidence[bins == b].sum())
+                  for b in range(15)) / len(labels)
+        self.assertAlmostEqual(row["test_ece_calibrated"], ece, places=5)
+
         # A temperature given instead of fitted, to a CSV: columns q0 ... follow p0 ...
         csv = os.path.join(self.dir, "t2.csv")
         cohort("predict", RUN, "--store", f"{RUN}/store", "--table", "test",
@@ -242,7 +297,10 @@ class Predict(unittest.TestCase):
         base = ("predict", RUN, "--store", f"{RUN}/store", "--table", "test")
         self.assertEqual(
             fail_line(cohort(*base, "--calibrate", "test", "--temperature", "2", check=False)),
-            "--calibrate fits a temperature and --temperature gives one: pass one of them")
+            "--calibrate fits a temperature, --temperature gives one and --calibrated takes the "
+            "loop's: pass one of them")
+        self.assertIn("pass one of them",
+                      fail_line(cohort(*base, "--calibrated", "--temperature", "2", check=False)))
         self.assertEqual(fail_line(cohort(*base, "--calibrate-store", f"{RUN}/store",
                                           check=False)),
                          "--calibrate-store needs --calibrate TABLE")
@@ -399,8 +457,8 @@ class RegressionPredict(unittest.TestCase):
             fail_line(cohort("predict", REG_RUN, "--input", bad, check=False)),
             f"{bad}: samples are float32 (5,), but the ensemble takes float32 (4,) (the run's "
             "train table)")
-        self.assertIn("--calibrate and --temperature scale class probabilities, and this is a "
-                      "regression run",
+        self.assertIn("--calibrate, --calibrated and --temperature scale class probabilities, "
+                      "and this is a regression run",
                       fail_line(cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store",
                                        "--table", "test", "--temperature", "2", check=False)))
 
@@ -550,7 +608,13 @@ class RegressionExport(unittest.TestCase):
         self.assertEqual(
             fail_line(cohort("export", REG_RUN, "-o", refused, "--temperature", "2",
                              check=False)),
-            f"{REG_RUN}: --temperature scales class probabilities, and this is a regression run")
+            f"{REG_RUN}: --temperature and --calibrated scale class probabilities, and this is a "
+            "regression run")
+        self.assertEqual(
+            fail_line(cohort("predict", REG_RUN, "--store", f"{REG_RUN}/store", "--table", "test",
+                             "--calibrated", check=False)),
+            f"{REG_RUN}: --calibrate, --calibrated and --temperature scale class probabilities, "
+            "and this is a regression run")
         self.assertFalse(os.path.exists(refused))
 
     def test_loader_equals_predict(self):
@@ -581,7 +645,9 @@ class RegressionExport(unittest.TestCase):
         with open(os.path.join(out, "manifest.json")) as f:
             m = json.load(f)
         self.assertEqual(sorted(m["round"]), ["input_generation", "round", "test_accuracy",
-                                              "test_nll"])
+                                              "test_ece_calibrated", "test_nll",
+                                              "test_nll_calibrated", "test_temperature"])
+        self.assertNotIn("temperature", m)  # the loader calibrates only when asked to
         self.assertNotIn("target_shape", m)
 
 

@@ -122,7 +122,8 @@ def outcome(run_dir):
     db = journal(run_dir)
     rounds = [tuple(r) for r in db.execute(
         "SELECT round, input_generation, output_generation, status, labels_total, test_accuracy,"
-        " test_nll, test_brier, test_ece FROM rounds ORDER BY round")]
+        " test_nll, test_brier, test_ece, test_temperature, test_nll_calibrated,"
+        " test_ece_calibrated FROM rounds ORDER BY round")]
     members = [tuple(r) for r in db.execute(
         "SELECT round, member, metric, value FROM member_metrics ORDER BY round, member, metric")]
     picks = [tuple(r) for r in db.execute(

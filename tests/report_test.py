@@ -89,7 +89,8 @@ class ReportOfAFinishedRun(unittest.TestCase):
         with open(cls.html_path) as f:
             cls.html = f.read()
         db = journal(RUN)
-        cls.rounds = db.execute("SELECT round, test_accuracy, test_nll, test_ece, labels_total "
+        cls.rounds = db.execute("SELECT round, test_accuracy, test_nll, test_ece, labels_total, "
+                                "test_nll_calibrated, test_ece_calibrated, test_temperature "
                                 "FROM rounds ORDER BY round").fetchall()
         cls.attempts = db.execute("SELECT member, round, attempt, status FROM attempts"
                                   ).fetchall()
@@ -183,6 +184,9 @@ class ReportOfAFinishedRun(unittest.TestCase):
                 self.assertEqual(row[2], f"{r['test_accuracy']:.4f}")
                 self.assertEqual(row[3], f"{r['test_nll']:.4f}")
                 self.assertEqual(row[5], f"{r['test_ece']:.4f}")
+                self.assertEqual(row[6], f"{r['test_nll_calibrated']:.4f}")
+                self.assertEqual(row[7], f"{r['test_ece_calibrated']:.4f}")
+                self.assertEqual(row[8], f"{r['test_temperature']:.4f}")
             # The reliability diagram is of the final ensemble: its ECE is the journal's.
             self.assertIn(f"ECE {self.rounds[-1]['test_ece']:.4f}",
                           by_id["reliability"]["title"][0])

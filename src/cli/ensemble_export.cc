@@ -29,6 +29,7 @@ struct ExportOptions {
   std::optional<int64_t> round;
   std::string out;
   std::optional<double> temperature;  // written to the manifest: the loader calibrates with it
+  bool calibrated = false;            // that temperature: the round's journalled test temperature
   std::string member_binary;
   std::string version;
 };
@@ -43,15 +44,25 @@ Status RunExport(const ExportOptions& o) {
     return Status::InvalidArgument(
         fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
   }
+  if (o.temperature && o.calibrated) {
+    return Status::InvalidArgument(
+        "--temperature gives a temperature and --calibrated takes the loop's: pass one of them");
+  }
   COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
   COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort export writes"));
   const int64_t round = chosen.first;
-  if (o.temperature) {
+  std::optional<double> temperature = o.temperature;
+  if (o.temperature || o.calibrated) {
     COHORT_ASSIGN_OR_RETURN(const loop::RoundTrainTable train, loop::TrainTableOfRound(run, round));
     if (loop::RunTaskOf(*train.table).regression) {
       return Status::InvalidArgument(
-          o.run_dir + ": --temperature scales class probabilities, and this is a regression run");
+          o.run_dir +
+          ": --temperature and --calibrated scale class probabilities, and this is a regression "
+          "run");
     }
+  }
+  if (o.calibrated) {
+    COHORT_ASSIGN_OR_RETURN(temperature, loop::RoundTemperature(run, round));
   }
   std::error_code ec;
   if (fs::exists(o.out) && !fs::is_empty(o.out, ec)) {
@@ -96,6 +107,9 @@ Status RunExport(const ExportOptions& o) {
     round_json = {{"round", round}, {"input_generation", r.input_generation}};
     if (r.test.accuracy) round_json["test_accuracy"] = *r.test.accuracy;
     if (r.test.nll) round_json["test_nll"] = *r.test.nll;
+    if (r.test.temperature) round_json["test_temperature"] = *r.test.temperature;
+    if (r.test.nll_calibrated) round_json["test_nll_calibrated"] = *r.test.nll_calibrated;
+    if (r.test.ece_calibrated) round_json["test_ece_calibrated"] = *r.test.ece_calibrated;
     if (r.test.rmse) round_json["test_rmse"] = *r.test.rmse;
     if (r.test.mae) round_json["test_mae"] = *r.test.mae;
     if (r.test.calibration_error) round_json["test_calibration"] = *r.test.calibration_error;
@@ -119,7 +133,7 @@ Status RunExport(const ExportOptions& o) {
     manifest.erase("classes");
     manifest["target_shape"] = first["target_shape"];
   }
-  if (o.temperature) manifest["temperature"] = *o.temperature;
+  if (temperature) manifest["temperature"] = *temperature;
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/cohort_ensemble.py", kEnsembleLoaderPy));
   COHORT_RETURN_IF_ERROR(WriteText(o.out + "/manifest.json", manifest.dump(2) + "\n"));
   fmt::print(
@@ -142,6 +156,9 @@ void AddExportCommand(CLI::App& app, std::function<Status()>* run, const char* v
   cmd->add_option("--temperature", o->temperature,
                   "the loader also gives probabilities calibrated at this temperature (the one "
                   "cohort predict --calibrate printed)");
+  cmd->add_flag("--calibrated", o->calibrated,
+                "that temperature: the one the loop fitted to the round's ensemble on the test "
+                "table (cohort status: test_temperature)");
   cmd->callback([o, run] {
     o->member_binary = SiblingExecutable("cohort-member");
     *run = [o] { return RunExport(*o); };

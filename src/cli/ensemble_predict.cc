@@ -239,9 +239,12 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   if (from_store && (o.store.empty() || o.table.empty())) {
     return Status::InvalidArgument("--store and --table go together");
   }
-  if (!o.calibrate_table.empty() && o.temperature) {
+  if (static_cast<int>(!o.calibrate_table.empty()) + static_cast<int>(o.temperature.has_value()) +
+          static_cast<int>(o.calibrated) >
+      1) {
     return Status::InvalidArgument(
-        "--calibrate fits a temperature and --temperature gives one: pass one of them");
+        "--calibrate fits a temperature, --temperature gives one and --calibrated takes the "
+        "loop's: pass one of them");
   }
   if (!o.calibrate_store.empty() && o.calibrate_table.empty()) {
     return Status::InvalidArgument("--calibrate-store needs --calibrate TABLE");
@@ -258,11 +261,15 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
   const store::Table* train = trained_on.table;
   // The train table's labels make the run what it is, so they say what the members' files hold.
   const loop::RunTask task = loop::RunTaskOf(*train);
-  if (task.regression && (!o.calibrate_table.empty() || o.temperature)) {
+  if (task.regression && (!o.calibrate_table.empty() || o.temperature || o.calibrated)) {
     return Status::InvalidArgument(
         o.run_dir +
-        ": --calibrate and --temperature scale class probabilities, and this is a "
+        ": --calibrate, --calibrated and --temperature scale class probabilities, and this is a "
         "regression run");
+  }
+  std::optional<double> given_temperature = o.temperature;
+  if (o.calibrated) {
+    COHORT_ASSIGN_OR_RETURN(given_temperature, loop::RoundTemperature(run, round));
   }
 
   COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
@@ -380,7 +387,7 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
         auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
                                                  stacked.classes));
     COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
-    std::optional<double> temperature = o.temperature;
+    std::optional<double> temperature = given_temperature;
     if (calibration) {
       COHORT_ASSIGN_OR_RETURN(
           loop::StackedPredictions cal_stacked,
@@ -447,6 +454,9 @@ void AddEnsemblePredictCommand(CLI::App& app, std::function<Status()>* run) {
                   "the store of the --calibrate table (default: the run's store)");
   cmd->add_option("--temperature", o->temperature,
                   "write probabilities calibrated at this temperature (one --calibrate printed)");
+  cmd->add_flag("--calibrated", o->calibrated,
+                "write probabilities calibrated at the temperature the loop fitted to the "
+                "round's ensemble on the test table (cohort status: test_temperature)");
   cmd->add_option("--out,-o", o->out,
                   "output: .npz (default predictions.npz), or .csv for a CSV table");
   cmd->callback([o, run] {

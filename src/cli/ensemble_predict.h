@@ -36,6 +36,7 @@ struct EnsemblePredictOptions {
   std::string calibrate_table;          // a labelled table to fit a temperature on
   std::string calibrate_store;          // its store; empty: the run's store
   std::optional<double> temperature;    // a temperature to apply instead of fitting one
+  bool calibrated = false;              // apply the round's journalled test temperature
   std::string out = "predictions.npz";  // .csv: CSV, anything else: .npz
   std::string member_binary;            // cohort-member
 };

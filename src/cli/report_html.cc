@@ -256,14 +256,17 @@ std::string MetricsSection(const ReportData& d) {
   if (d.regression) return s + RegressionMetricsTable(d) + "</section>\n";
   // The numbers behind the charts.
   s += "<table><tr><th>round</th><th>labels</th><th>accuracy</th><th>NLL</th><th>Brier</th>"
-       "<th>ECE</th>";
+       "<th>ECE</th><th>NLL, calibrated</th><th>ECE, calibrated</th><th>temperature</th>";
   for (const auto& m : d.members) s += "<th>" + Escape(m) + " acc.</th>";
   s += "</tr>";
   for (const auto& r : d.rounds) {
-    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
-                     r.record.round, r.labels_in ? std::to_string(*r.labels_in) : "&ndash;",
-                     Opt(r.record.test.accuracy), Opt(r.record.test.nll), Opt(r.record.test.brier),
-                     Opt(r.record.test.ece));
+    const loop::EnsembleTestMetrics& test = r.record.test;
+    s += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td>",
+        r.record.round, r.labels_in ? std::to_string(*r.labels_in) : "&ndash;", Opt(test.accuracy),
+        Opt(test.nll), Opt(test.brier), Opt(test.ece), Opt(test.nll_calibrated),
+        Opt(test.ece_calibrated), Opt(test.temperature));
     for (const auto& m : d.members) {
       auto it = r.member_metrics.find(m);
       std::optional<double> v;

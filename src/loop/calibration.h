@@ -4,7 +4,8 @@
 // on. T > 1 softens an over-confident ensemble, T < 1 sharpens an under-confident one (the
 // mean of calibrated members often is: averaging softens). The predicted class never changes,
 // so accuracy does not either; NLL on the fitting table can only fall, and ECE usually does.
-// `cohort predict --calibrate` uses it (docs/cli.md).
+// `cohort predict --calibrate` uses it (docs/cli.md), and the loop fits one to each round's
+// ensemble on the test table (CrossFitEnsembleTemperature).
 //
 // Thread-safety: pure functions over caller-owned memory; concurrent calls are safe.
 #pragma once
@@ -46,5 +47,21 @@ Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities
 // that is not the sample count, a label out of range), no samples.
 Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predictions,
                                               const std::vector<int64_t>& labels);
+
+// The loop's calibration of a round's ensemble on its test table (docs/acquisition.md, "Ensemble
+// metrics"): metrics of a temperature that never saw the rows it scores. The rows split by position
+// into two halves (even, odd); each half is calibrated at the temperature fitted on the other, and
+// the metrics are those of every row so calibrated. `temperature` is fitted on every row: the one
+// to apply to new data (`cohort predict` does by default).
+struct CrossFittedCalibration {
+  double temperature = 1;
+  double half_temperatures[2] = {1, 1};  // fitted on the odd rows, applied to the even; and back
+  ClassificationMetrics raw;             // the ensemble mean, uncalibrated
+  ClassificationMetrics calibrated;      // cross-fitted, as above
+};
+
+// Errors: those of FitEnsembleTemperature, fewer than 2 samples.
+Result<CrossFittedCalibration> CrossFitEnsembleTemperature(const EnsemblePredictions& predictions,
+                                                           const std::vector<int64_t>& labels);
 
 }  // namespace cohort::loop

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -94,6 +95,101 @@ TEST(CalibrationTest, RefusesWhatItCannotFit) {
   auto fit = FitEnsembleTemperature(*empty, {});
   ASSERT_FALSE(fit.ok());
   EXPECT_NE(fit.status().ToString().find("no samples"), std::string::npos);
+}
+
+// Rows of a one-member view: those of `parity` (0 even, 1 odd) of member 0 of `view`.
+std::vector<float> RowsOfParity(const EnsemblePredictions& view, int64_t parity) {
+  std::vector<float> rows;
+  for (int64_t i = parity; i < view.samples; i += 2) {
+    rows.insert(rows.end(), view.row(0, i), view.row(0, i) + view.classes);
+  }
+  return rows;
+}
+
+std::vector<int64_t> LabelsOfParity(const std::vector<int64_t>& labels, size_t parity) {
+  std::vector<int64_t> out;
+  for (size_t i = parity; i < labels.size(); i += 2) out.push_back(labels[i]);
+  return out;
+}
+
+TEST(CalibrationTest, CrossFitScoresEachHalfAtTheOtherHalfsTemperature) {
+  Synthetic s(3001, 5, 0.6, 4);  // identical members: the mean is member 0
+  auto cross = CrossFitEnsembleTemperature(s.view, s.labels);
+  ASSERT_TRUE(cross.ok()) << cross.status().ToString();
+  auto whole = FitEnsembleTemperature(s.view, s.labels);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(cross->temperature, whole->temperature);
+  EXPECT_EQ(cross->raw.nll, whole->before.nll);
+
+  // The same by hand: fit on one parity's rows, apply to the other's, score them all.
+  std::vector<float> calibrated(s.data.size() / 2);
+  for (int64_t half = 0; half < 2; half++) {
+    std::vector<float> fit_rows = RowsOfParity(s.view, 1 - half);
+    std::vector<int64_t> fit_labels = LabelsOfParity(s.labels, static_cast<size_t>(1 - half));
+    auto fit_view =
+        MakeEnsemblePredictions(fit_rows, 1, static_cast<int64_t>(fit_labels.size()), 5);
+    ASSERT_TRUE(fit_view.ok());
+    auto fit = FitEnsembleTemperature(*fit_view, fit_labels);
+    ASSERT_TRUE(fit.ok());
+    EXPECT_EQ(cross->half_temperatures[half], fit->temperature);
+    auto applied = ApplyTemperature(RowsOfParity(s.view, half), 5, fit->temperature);
+    ASSERT_TRUE(applied.ok());
+    for (size_t j = 0; j * 5 < applied->size(); j++) {
+      std::copy_n(applied->data() + j * 5, 5, calibrated.data() + (2 * j + half) * 5);
+    }
+  }
+  auto view = MakeEnsemblePredictions(calibrated, 1, s.view.samples, 5);
+  ASSERT_TRUE(view.ok());
+  auto want = ComputeEnsembleMetrics(*view, s.labels);
+  ASSERT_TRUE(want.ok());
+  EXPECT_DOUBLE_EQ(cross->calibrated.nll, want->ensemble.nll);
+  EXPECT_DOUBLE_EQ(cross->calibrated.ece, want->ensemble.ece);
+  EXPECT_EQ(cross->calibrated.accuracy, cross->raw.accuracy);
+  // Under-confident members (sharpness 0.6): calibrated, the table's NLL and ECE fall.
+  EXPECT_LT(cross->temperature, 0.8);
+  EXPECT_LT(cross->calibrated.nll, cross->raw.nll);
+  EXPECT_LT(cross->calibrated.ece, cross->raw.ece);
+}
+
+TEST(CalibrationTest, CrossFitNeverFitsTheRowsItScores) {
+  // Even rows over-confident, odd rows under-confident: a temperature fitted on all of them
+  // would look good on the table; fitted on the other half, each is wrong for its rows.
+  Synthetic sharp(2000, 4, 3.0, 5);
+  Synthetic soft(2000, 4, 0.4, 6);
+  std::vector<float> data;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 2000; i++) {
+    data.insert(data.end(), sharp.view.row(0, i), sharp.view.row(0, i) + 4);
+    data.insert(data.end(), soft.view.row(0, i), soft.view.row(0, i) + 4);
+    labels.push_back(sharp.labels[static_cast<size_t>(i)]);
+    labels.push_back(soft.labels[static_cast<size_t>(i)]);
+  }
+  auto view = MakeEnsemblePredictions(data, 1, 4000, 4);
+  ASSERT_TRUE(view.ok());
+  auto cross = CrossFitEnsembleTemperature(*view, labels);
+  ASSERT_TRUE(cross.ok()) << cross.status().ToString();
+  EXPECT_GT(cross->half_temperatures[0], 0.2);  // fitted on the soft rows: sharpens
+  EXPECT_LT(cross->half_temperatures[0], 0.6);
+  EXPECT_GT(cross->half_temperatures[1], 2.0);  // fitted on the sharp rows: softens
+  auto in_sample = FitEnsembleTemperature(*view, labels);
+  ASSERT_TRUE(in_sample.ok());
+  EXPECT_GT(cross->calibrated.nll, in_sample->after.nll + 0.1);
+  EXPECT_GT(cross->calibrated.nll, cross->raw.nll);  // worse than not calibrating at all
+}
+
+TEST(CalibrationTest, CrossFitRefusesWhatItCannotFit) {
+  std::vector<float> one = {0.9f, 0.1f};
+  auto view = MakeEnsemblePredictions(one, 1, 1, 2);
+  ASSERT_TRUE(view.ok());
+  auto fit = CrossFitEnsembleTemperature(*view, {0});
+  ASSERT_FALSE(fit.ok());
+  EXPECT_NE(fit.status().ToString().find("at least 2 samples"), std::string::npos);
+  std::vector<float> two = {0.9f, 0.1f, 0.2f, 0.8f};
+  view = MakeEnsemblePredictions(two, 1, 2, 2);
+  ASSERT_TRUE(view.ok());
+  EXPECT_FALSE(CrossFitEnsembleTemperature(*view, {0}).ok());
+  EXPECT_FALSE(CrossFitEnsembleTemperature(*view, {0, 2}).ok());
+  EXPECT_FALSE(CrossFitEnsembleTemperature(*view, {-1, 0}).ok());
 }
 
 TEST(CalibrationTest, ApplyTemperatureScalesLogProbabilities) {

@@ -57,7 +57,7 @@ constexpr const char* kAttemptsColumns = R"sql((
   FOREIGN KEY (run_id, round) REFERENCES rounds(run_id, round)
 ))sql";
 
-// The schema (version 5). docs/journal.md documents every column; keep the two in step.
+// The schema (version 6). docs/journal.md documents every column; keep the two in step.
 constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE runs (
   id                 INTEGER PRIMARY KEY,
@@ -95,6 +95,9 @@ CREATE TABLE rounds (
   test_rmse         REAL,
   test_mae          REAL,
   test_calibration  REAL,
+  test_temperature  REAL,
+  test_nll_calibrated REAL,
+  test_ece_calibrated REAL,
   PRIMARY KEY (run_id, round)
 );
 CREATE TABLE attempts {attempts};
@@ -179,6 +182,15 @@ ALTER TABLE rounds ADD COLUMN test_mae REAL;
 ALTER TABLE rounds ADD COLUMN test_calibration REAL;
 )sql";
 
+// Version 6 added a classification round's calibration on the test table: the temperature fitted
+// to the ensemble mean there, and NLL and ECE at a temperature cross-fitted on the other half of
+// the table (loop/calibration.h).
+constexpr const char* kMigrateV5ToV6 = R"sql(
+ALTER TABLE rounds ADD COLUMN test_temperature REAL;
+ALTER TABLE rounds ADD COLUMN test_nll_calibrated REAL;
+ALTER TABLE rounds ADD COLUMN test_ece_calibrated REAL;
+)sql";
+
 // `sql` with its {attempts} replaced by the attempts table's columns (and {update_steps}, where
 // it has it, by that table).
 std::string WithAttemptsColumns(std::string sql) {
@@ -195,7 +207,8 @@ std::string WithAttemptsColumns(std::string sql) {
 #define COHORT_ROUND_COLUMNS                                                                \
   "run_id, round, input_generation, output_generation, status, started_at, ended_at, "      \
   "train_s, predict_s, acquire_s, label_s, commit_s, idle_s, labels_total, test_accuracy, " \
-  "test_nll, test_brier, test_ece, error, test_rmse, test_mae, test_calibration"
+  "test_nll, test_brier, test_ece, error, test_rmse, test_mae, test_calibration, "          \
+  "test_temperature, test_nll_calibrated, test_ece_calibrated"
 
 #define COHORT_ATTEMPT_COLUMNS                                                            \
   "id, run_id, round, member, attempt, device, pid, status, exit, started_at, ended_at, " \
@@ -513,6 +526,9 @@ Status Journal::CreateOrUpgradeSchema() {
   }
   if (version >= 1 && version <= 4) {
     COHORT_RETURN_IF_ERROR(Exec(kUpdateStepsTable, "upgrade the journal to schema version 5"));
+  }
+  if (version >= 1 && version <= 5) {
+    COHORT_RETURN_IF_ERROR(Exec(kMigrateV5ToV6, "upgrade the journal to schema version 6"));
   } else if (version == 0) {
     COHORT_RETURN_IF_ERROR(Exec(WithAttemptsColumns(kSchemaTemplate).c_str(), "create the schema"));
   }
@@ -642,7 +658,8 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
       "UPDATE rounds SET status = 'done', ended_at = ?, output_generation = ?, labels_total = ?, "
       "train_s = ?, predict_s = ?, acquire_s = ?, label_s = ?, commit_s = ?, idle_s = ?, "
       "test_accuracy = ?, test_nll = ?, test_brier = ?, test_ece = ?, test_rmse = ?, test_mae = ?, "
-      "test_calibration = ?, error = NULL "
+      "test_calibration = ?, test_temperature = ?, test_nll_calibrated = ?, "
+      "test_ece_calibrated = ?, error = NULL "
       "WHERE run_id = ? AND round = ?",
       "finish round", [&](Stmt& st) {
         st.Text(1, NowIso8601());
@@ -661,7 +678,10 @@ Status Journal::FinishRound(int64_t run_id, int64_t round, const RoundOutcome& o
         st.Real(14, o.test.rmse);
         st.Real(15, o.test.mae);
         st.Real(16, o.test.calibration_error);
-        return 16;
+        st.Real(17, o.test.temperature);
+        st.Real(18, o.test.nll_calibrated);
+        st.Real(19, o.test.ece_calibrated);
+        return 19;
       });
 }
 
@@ -882,6 +902,9 @@ Result<RoundRecord> ReadRound(const S& st, const std::string& path) {
   r.test.rmse = st.ColOptReal(19);
   r.test.mae = st.ColOptReal(20);
   r.test.calibration_error = st.ColOptReal(21);
+  r.test.temperature = st.ColOptReal(22);
+  r.test.nll_calibrated = st.ColOptReal(23);
+  r.test.ece_calibrated = st.ColOptReal(24);
   return r;
 }
 

@@ -41,7 +41,7 @@ struct sqlite3_stmt;
 namespace cohort::loop {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-inline constexpr int kJournalSchemaVersion = 5;
+inline constexpr int kJournalSchemaVersion = 6;
 
 enum class RunStatus { kRunning, kFinished, kFailed, kStopped };
 enum class RoundStatus {
@@ -105,6 +105,12 @@ struct EnsembleTestMetrics {
   std::optional<double> rmse;
   std::optional<double> mae;
   std::optional<double> calibration_error;
+  // Classification runs with at least 2 test rows: the temperature fitted to the ensemble mean
+  // on the test table, and NLL and ECE calibrated without seeing the rows they score
+  // (CrossFitEnsembleTemperature, loop/calibration.h).
+  std::optional<double> temperature;
+  std::optional<double> nll_calibrated;
+  std::optional<double> ece_calibrated;
 };
 
 // What a finished round produced.

@@ -643,6 +643,12 @@ TEST(JournalTest, ChildKilledDuringBatchedWritesKeepsWholeBatches) {
 namespace cohort::loop {
 namespace {
 
+// What version 6 added (the calibration columns), as SQL that takes them out again.
+#define DROP_VERSION_6_COLUMNS                           \
+  "ALTER TABLE rounds DROP COLUMN test_temperature; "    \
+  "ALTER TABLE rounds DROP COLUMN test_nll_calibrated; " \
+  "ALTER TABLE rounds DROP COLUMN test_ece_calibrated; "
+
 // A version-1 journal (attempts could not be 'interrupted'; the controller's own stops were
 // 'killed' told apart by their exit text) is upgraded in place when opened.
 TEST(JournalTest, UpgradesSchemaVersion1) {
@@ -674,6 +680,9 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
     ALTER TABLE rounds DROP COLUMN test_rmse;
     ALTER TABLE rounds DROP COLUMN test_mae;
     ALTER TABLE rounds DROP COLUMN test_calibration;
+    ALTER TABLE rounds DROP COLUMN test_temperature;
+    ALTER TABLE rounds DROP COLUMN test_nll_calibrated;
+    ALTER TABLE rounds DROP COLUMN test_ece_calibrated;
     PRAGMA user_version = 1;
   )sql";
   ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v1));
@@ -712,7 +721,8 @@ TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
   const char* to_v2 =
       "ALTER TABLE attempts DROP COLUMN node; ALTER TABLE attempts DROP COLUMN gpus; "
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
-      "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 2;";
+      "ALTER TABLE rounds DROP COLUMN test_calibration; " DROP_VERSION_6_COLUMNS
+      "PRAGMA user_version = 2;";
   ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v2));
 
   auto j = MustOpen(path);
@@ -740,7 +750,8 @@ TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
   }
   const char* to_v3 =
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
-      "ALTER TABLE rounds DROP COLUMN test_calibration; PRAGMA user_version = 3;";
+      "ALTER TABLE rounds DROP COLUMN test_calibration; " DROP_VERSION_6_COLUMNS
+      "PRAGMA user_version = 3;";
   ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v3));
 
   auto j = MustOpen(path);
@@ -774,7 +785,7 @@ TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
     int64_t run = *j->StartRun(SampleRun());
     ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
   }
-  const char* to_v4 = "DROP TABLE update_steps; PRAGMA user_version = 4;";
+  const char* to_v4 = "DROP TABLE update_steps; " DROP_VERSION_6_COLUMNS "PRAGMA user_version = 4;";
   ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v4));
 
   auto j = MustOpen(path);
@@ -815,6 +826,45 @@ TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
   bad.counts_json = "{train";
   EXPECT_FALSE(j->RecordUpdateStep(1, 0, bad).ok());
   EXPECT_FALSE(j->RecordUpdateStep(1, 7, first).ok());
+}
+
+// Version 5 journals get the calibration columns; a round's calibration reads back as written,
+// and a round without one (a regression run) reads back without.
+TEST(JournalTest, UpgradesSchemaVersion5AndRecordsCalibration) {
+  std::string path = ScratchDir() + "/run.db";
+  {
+    auto j = MustOpen(path);
+    int64_t run = *j->StartRun(SampleRun());
+    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
+    ASSERT_TRUE(j->BeginRound(run, 1, 2).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(RawExec(path, DROP_VERSION_6_COLUMNS "PRAGMA user_version = 5;"));
+
+  auto j = MustOpen(path);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
+  RoundOutcome o;
+  o.output_generation = 2;
+  o.test.accuracy = 0.875;
+  o.test.nll = 0.5;
+  o.test.ece = 0.0625;
+  o.test.temperature = 0.9375;
+  o.test.nll_calibrated = 0.4375;
+  o.test.ece_calibrated = 0.03125;
+  ASSERT_TRUE(j->FinishRound(1, 0, o).ok());
+  RoundOutcome regression;
+  regression.test.rmse = 0.5;
+  ASSERT_TRUE(j->FinishRound(1, 1, regression).ok());
+  auto rounds = j->RoundsOf(1);
+  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
+  ASSERT_EQ(rounds->size(), 2u);
+  const EnsembleTestMetrics& t = (*rounds)[0].test;
+  EXPECT_EQ(t.temperature.value_or(-1), 0.9375);
+  EXPECT_EQ(t.nll_calibrated.value_or(-1), 0.4375);
+  EXPECT_EQ(t.ece_calibrated.value_or(-1), 0.03125);
+  EXPECT_EQ(t.ece.value_or(-1), 0.0625);
+  EXPECT_FALSE((*rounds)[1].test.temperature.has_value());
+  EXPECT_FALSE((*rounds)[1].test.ece_calibrated.has_value());
 }
 
 }  // namespace

@@ -125,4 +125,19 @@ Result<RoundTrainTable> TrainTableOfRound(const RunReader& run, int64_t round) {
   return Status::NotFound(fmt::format("{}: round {} is not in the journal", run.paths.root, round));
 }
 
+Result<double> RoundTemperature(const RunReader& run, int64_t round) {
+  COHORT_ASSIGN_OR_RETURN(auto rounds, run.journal->RoundsOf(run.run.id));
+  for (const auto& r : rounds) {
+    if (r.round != round) continue;
+    if (!r.test.temperature) {
+      return Status::NotFound(
+          fmt::format("{}: round {} has no test temperature in the journal (the loop fits one to "
+                      "classification runs with 2 or more test rows, since journal version 6)",
+                      run.paths.root, round));
+    }
+    return *r.test.temperature;
+  }
+  return Status::NotFound(fmt::format("{}: round {} is not in the journal", run.paths.root, round));
+}
+
 }  // namespace cohort::loop

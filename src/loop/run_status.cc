@@ -72,6 +72,9 @@ Result<json> RunStatusJson(const std::string& run_dir_in) {
     jr["test_rmse"] = Optional(r.test.rmse);
     jr["test_mae"] = Optional(r.test.mae);
     jr["test_calibration"] = Optional(r.test.calibration_error);
+    jr["test_temperature"] = Optional(r.test.temperature);
+    jr["test_nll_calibrated"] = Optional(r.test.nll_calibrated);
+    jr["test_ece_calibrated"] = Optional(r.test.ece_calibrated);
     jr["started_at"] = r.started_at;
     jr["ended_at"] = r.ended_at ? json(*r.ended_at) : json(nullptr);
     jr["error"] = r.error ? json(*r.error) : json(nullptr);
