@@ -661,7 +661,7 @@ Result<TestScore> Controller::ScoreEnsemble(int64_t round, const Tables& t,
     score.summary =
         fmt::format("test accuracy {:.4f}, nll {:.4f}, ece {:.4f}", e.accuracy, e.nll, e.ece);
     if (test.samples >= 2) {
-      // A few milliseconds for a 10,000-row table: three one-dimensional fits.
+      // Three one-dimensional fits: about 80 ms for a 10,000-row, 10-class table.
       COHORT_ASSIGN_OR_RETURN(CrossFittedCalibration calibration,
                               CrossFitEnsembleTemperature(view, labels));
       score.journal.temperature = calibration.temperature;
