@@ -148,10 +148,12 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
                 "SELECT member, metrics_json FROM attempts WHERE round = 0 AND status = 'done'"):
             if member in members and metrics_json:
                 members[member]["parameters"] = json.loads(metrics_json).get("parameters")
-        ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier FROM rounds "
+        ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier, test_temperature, "
+                         "test_nll_calibrated, test_ece_calibrated FROM rounds "
                          "WHERE round = 0").fetchone()
         db.close()
-        ensemble = {"accuracy": ens[0], "nll": ens[1], "ece": ens[2], "brier": ens[3]}
+        ensemble = {"accuracy": ens[0], "nll": ens[1], "ece": ens[2], "brier": ens[3],
+                    "temperature": ens[4], "nll_calibrated": ens[5], "ece_calibrated": ens[6]}
         print(f"\nFull labels, seed {seed} ({'600' if quick else '60,000'} training images, "
               f"{epochs} epochs, test {'500' if quick else '10,000'}, {stem}; {seconds:.0f} s)")
         print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
@@ -164,6 +166,20 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
             best = min(m[metric] for m in members.values())
             verdict = "below" if ensemble[metric] < best else "NOT below"
             print(f"  ensemble {metric} {ensemble[metric]:.4f} is {verdict} every member's "
+                  f"(best {best:.4f})")
+        # The loop's own calibration (docs/acquisition.md, "Calibration"): every test image
+        # scored at a temperature fitted on the other half of the table.
+        if ensemble["temperature"] is None:
+            print("  the loop's calibration: not in the journal (a run an older cohort finished)")
+        else:
+            print(f"  the loop's calibration: temperature {ensemble['temperature']:.4f}, "
+                  f"cross-fitted nll {ensemble['nll_calibrated']:.4f}, "
+                  f"ece {ensemble['ece_calibrated']:.4f}")
+        for metric in ("nll", "ece") if ensemble["temperature"] is not None else ():
+            best = min(m[metric] for m in members.values())
+            value = ensemble[f"{metric}_calibrated"]
+            verdict = "below" if value < best else "NOT below"
+            print(f"  calibrated ensemble {metric} {value:.4f} is {verdict} every member's "
                   f"(best {best:.4f})")
         cal = calibrated(cohort, scratch, os.path.join(scratch, "runs", name),
                          500 if quick else 10000)
