@@ -1,5 +1,7 @@
 #include "loop/calibration.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -149,6 +151,12 @@ Result<CrossFittedCalibration> CrossFitEnsembleTemperature(const EnsemblePredict
                                    std::to_string(p.samples) + " samples");
   }
   const int64_t C = p.classes;
+  for (size_t i = 0; i < labels.size(); i++) {
+    if (labels[i] < 0 || labels[i] >= C) {
+      return Status::InvalidArgument(
+          fmt::format("sample {}: label {} is not in [0, {})", i, labels[i], C));
+    }
+  }
   const auto row_size = static_cast<size_t>(C);
   const std::vector<float> mean = EnsembleMean(p);
   CrossFittedCalibration out;
@@ -168,15 +176,11 @@ Result<CrossFittedCalibration> CrossFitEnsembleTemperature(const EnsemblePredict
         fit_labels.push_back(labels[static_cast<size_t>(i)]);
       }
     }
-    for (int64_t label : fit_labels) {
-      if (label < 0 || label >= C) {
-        return Status::InvalidArgument("label " + std::to_string(label) + " is not in [0, " +
-                                       std::to_string(C) + ")");
-      }
-    }
-    out.half_temperatures[half] = FitTemperature(LogOf(fit_rows), fit_labels, C);
-    COHORT_ASSIGN_OR_RETURN(std::vector<float> own,
-                            ApplyTemperature(own_rows, C, out.half_temperatures[half]));
+    out.half_temperatures[static_cast<size_t>(half)] =
+        FitTemperature(LogOf(fit_rows), fit_labels, C);
+    COHORT_ASSIGN_OR_RETURN(
+        std::vector<float> own,
+        ApplyTemperature(own_rows, C, out.half_temperatures[static_cast<size_t>(half)]));
     for (size_t j = 0; j * row_size < own.size(); j++) {
       const size_t i = 2 * j + static_cast<size_t>(half);
       std::copy_n(own.data() + j * row_size, row_size, calibrated.data() + i * row_size);

@@ -10,6 +10,7 @@
 // Thread-safety: pure functions over caller-owned memory; concurrent calls are safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -48,16 +49,17 @@ Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities
 Result<TemperatureFit> FitEnsembleTemperature(const EnsemblePredictions& predictions,
                                               const std::vector<int64_t>& labels);
 
-// The loop's calibration of a round's ensemble on its test table (docs/acquisition.md, "Ensemble
-// metrics"): metrics of a temperature that never saw the rows it scores. The rows split by position
-// into two halves (even, odd); each half is calibrated at the temperature fitted on the other, and
-// the metrics are those of every row so calibrated. `temperature` is fitted on every row: the one
-// to apply to new data (`cohort predict` does by default).
+// The loop's calibration of a round's ensemble on its test table (docs/acquisition.md,
+// "Calibration"): metrics of a temperature that never saw the rows it scores. The rows split by
+// position into two halves (even, odd); each half is calibrated at the temperature fitted on the
+// other, and the metrics are those of every row so calibrated. `temperature` is fitted on every
+// row: the one to apply to new data (`cohort predict --calibrated`).
 struct CrossFittedCalibration {
   double temperature = 1;
-  double half_temperatures[2] = {1, 1};  // fitted on the odd rows, applied to the even; and back
-  ClassificationMetrics raw;             // the ensemble mean, uncalibrated
-  ClassificationMetrics calibrated;      // cross-fitted, as above
+  std::array<double, 2> half_temperatures = {1, 1};  // fitted on the odd rows, applied to the
+                                                     // even; and the other way round
+  ClassificationMetrics raw;                         // the ensemble mean, uncalibrated
+  ClassificationMetrics calibrated;                  // cross-fitted, as above
 };
 
 // Errors: those of FitEnsembleTemperature, fewer than 2 samples.
