@@ -153,9 +153,11 @@ class ReportOfAFinishedRun(unittest.TestCase):
                     if not c["id"].startswith("loss-round-") or c["id"] == "loss-round-2":
                         self.assertGreater(c["width"], 300)  # laid out and visible
                         self.assertGreater(c["height"], 100)
-            for metric in ("accuracy", "nll", "ece"):
+            self.assertEqual(by_id["accuracy-by-round"]["series"],
+                             ["mlp-a", "mlp-b", "cnn-c", "ensemble"])
+            for metric in ("nll", "ece"):  # calibration cannot change the accuracy
                 self.assertEqual(by_id[f"{metric}-by-round"]["series"],
-                                 ["mlp-a", "mlp-b", "cnn-c", "ensemble"])
+                                 ["mlp-a", "mlp-b", "cnn-c", "ensemble", "ensemble, calibrated"])
             # The timeline marks the failure and shows the retry.
             tl = by_id["timeline"]
             self.assertEqual(len(tl["legend"]), 5)

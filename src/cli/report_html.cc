@@ -141,14 +141,18 @@ struct MetricDef {
   const char* title;  // chart title: TITLE by round
   const char* label;  // axis label
   std::optional<double> loop::EnsembleTestMetrics::*field;
+  // The same metric of the calibrated ensemble (loop/calibration.h), or null.
+  std::optional<double> loop::EnsembleTestMetrics::*calibrated = nullptr;
 };
 
 // What the loop journals for each kind of run (Controller::ScoreEnsemble).
 constexpr MetricDef kClassificationMetrics[] = {
     {"accuracy", "accuracy", "Accuracy", "test accuracy (fraction correct)",
      &loop::EnsembleTestMetrics::accuracy},
-    {"nll", "nll", "NLL", "test NLL (nats per sample)", &loop::EnsembleTestMetrics::nll},
-    {"ece", "ece", "ECE", "test ECE (calibration error)", &loop::EnsembleTestMetrics::ece},
+    {"nll", "nll", "NLL", "test NLL (nats per sample)", &loop::EnsembleTestMetrics::nll,
+     &loop::EnsembleTestMetrics::nll_calibrated},
+    {"ece", "ece", "ECE", "test ECE (calibration error)", &loop::EnsembleTestMetrics::ece,
+     &loop::EnsembleTestMetrics::ece_calibrated},
 };
 constexpr MetricDef kRegressionMetrics[] = {
     {"rmse", "rmse", "RMSE", "test RMSE (target units)", &loop::EnsembleTestMetrics::rmse},
@@ -196,8 +200,10 @@ std::string MetricsSection(const ReportData& d) {
   } else {
     s += fmt::format(
         "<p class=\"muted\">The ensemble (mean of the members' probabilities, black) and each "
-        "member on the <code>{}</code> table, after each round's training. Labels: rows of "
-        "<code>{}</code> the round trained on. ECE: 15 equal-width confidence bins.</p>",
+        "member on the <code>{}</code> table, after each round's training; grey, the ensemble "
+        "calibrated by one temperature, each half of the table at the temperature fitted on the "
+        "other half. Labels: rows of <code>{}</code> the round trained on. ECE: 15 equal-width "
+        "confidence bins.</p>",
         Escape(d.test_table), Escape(d.train_table));
   }
   const std::span<const MetricDef> defs =
@@ -217,6 +223,10 @@ std::string MetricsSection(const ReportData& d) {
       ens.name = "ensemble";
       ens.color = "#000000";
       ens.stroke_width = 3;
+      svg::Series calibrated;
+      calibrated.name = "ensemble, calibrated";
+      calibrated.color = "#7a7a7a";
+      calibrated.stroke_width = 2.5;
       std::vector<svg::Series> members(d.members.size());
       for (size_t i = 0; i < d.members.size(); i++) {
         members[i].name = d.members[i];
@@ -236,6 +246,15 @@ std::string MetricsSection(const ReportData& d) {
           ens.tips.push_back(
               fmt::format("round {}: ensemble {} {:.4f}", r.record.round, m.key, *v));
         }
+        const std::optional<double>* calibrated_value =
+            m.calibrated == nullptr ? nullptr : &(r.record.test.*(m.calibrated));
+        if (calibrated_value != nullptr && calibrated_value->has_value()) {
+          calibrated.x.push_back(x);
+          calibrated.y.push_back(**calibrated_value);
+          calibrated.tips.push_back(fmt::format(
+              "round {}: ensemble {} {:.4f} calibrated (temperature {:.3f})", r.record.round, m.key,
+              **calibrated_value, r.record.test.temperature.value_or(1)));
+        }
         for (size_t i = 0; i < d.members.size(); i++) {
           auto it = r.member_metrics.find(d.members[i]);
           if (it == r.member_metrics.end()) continue;
@@ -249,6 +268,7 @@ std::string MetricsSection(const ReportData& d) {
       }
       for (auto& ms : members) c.series.push_back(std::move(ms));
       c.series.push_back(std::move(ens));
+      if (!calibrated.x.empty()) c.series.push_back(std::move(calibrated));
       s += svg::RenderXY(c);
     }
   }
