@@ -329,6 +329,25 @@ class Predict(unittest.TestCase):
                       fail_line(cohort(*base, "--calibrate", "flat", "--calibrate-store",
                                        unlabelled, check=False)))
 
+    def test_a_round_without_a_journalled_temperature(self):
+        # A copy of the run as a cohort before journal version 6 would have left it.
+        copy = os.path.join(self.dir, "no-temperature")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(RUN, copy, ignore=shutil.ignore_patterns("lock"))
+        db = sqlite3.connect(os.path.join(copy, "run.db"))
+        db.execute("UPDATE rounds SET test_temperature = NULL")
+        db.commit()
+        db.close()
+        want = (f"{copy}: round 1 has no test temperature in the journal (the loop fits one to "
+                "classification runs with 2 or more test rows, since journal version 6)")
+        self.assertEqual(fail_line(cohort("predict", copy, "--store", f"{RUN}/store", "--table",
+                                          "test", "--calibrated", check=False)), want)
+        out = os.path.join(self.dir, "no-temperature-export")
+        shutil.rmtree(out, ignore_errors=True)
+        self.assertEqual(fail_line(cohort("export", copy, "--calibrated", "-o", out,
+                                          check=False)), want)
+        self.assertFalse(os.path.exists(out))  # refused before anything was written
+
     def test_a_round_not_finished(self):
         # A copy of the run whose last round the journal says is still training.
         copy = os.path.join(self.dir, "unfinished")
