@@ -246,14 +246,14 @@ std::string MetricsSection(const ReportData& d) {
           ens.tips.push_back(
               fmt::format("round {}: ensemble {} {:.4f}", r.record.round, m.key, *v));
         }
-        const std::optional<double>* calibrated_value =
-            m.calibrated == nullptr ? nullptr : &(r.record.test.*(m.calibrated));
-        if (calibrated_value != nullptr && calibrated_value->has_value()) {
-          calibrated.x.push_back(x);
-          calibrated.y.push_back(**calibrated_value);
-          calibrated.tips.push_back(fmt::format(
-              "round {}: ensemble {} {:.4f} calibrated (temperature {:.3f})", r.record.round, m.key,
-              **calibrated_value, r.record.test.temperature.value_or(1)));
+        if (m.calibrated != nullptr) {
+          if (auto v = r.record.test.*(m.calibrated)) {
+            calibrated.x.push_back(x);
+            calibrated.y.push_back(*v);
+            calibrated.tips.push_back(
+                fmt::format("round {}: ensemble {} {:.4f} calibrated (temperature {:.3f})",
+                            r.record.round, m.key, *v, r.record.test.temperature.value_or(1)));
+          }
         }
         for (size_t i = 0; i < d.members.size(); i++) {
           auto it = r.member_metrics.find(d.members[i]);

@@ -1,7 +1,5 @@
 #include "loop/calibration.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -146,47 +144,38 @@ Result<CrossFittedCalibration> CrossFitEnsembleTemperature(const EnsemblePredict
     return Status::InvalidArgument("a cross-fitted temperature needs at least 2 samples, got " +
                                    std::to_string(p.samples));
   }
-  if (static_cast<int64_t>(labels.size()) != p.samples) {
-    return Status::InvalidArgument(std::to_string(labels.size()) + " labels for " +
-                                   std::to_string(p.samples) + " samples");
-  }
   const int64_t C = p.classes;
-  for (size_t i = 0; i < labels.size(); i++) {
-    if (labels[i] < 0 || labels[i] >= C) {
-      return Status::InvalidArgument(
-          fmt::format("sample {}: label {} is not in [0, {})", i, labels[i], C));
-    }
-  }
   const auto row_size = static_cast<size_t>(C);
   const std::vector<float> mean = EnsembleMean(p);
   CrossFittedCalibration out;
-  out.temperature = FitTemperature(LogOf(mean), labels, C);
+  // First, as it checks the labels (their count, each in [0, C)) before any fit indexes by them.
+  COHORT_ASSIGN_OR_RETURN(out.raw, MetricsOf(mean, C, labels));
+  const std::vector<double> log_mean = LogOf(mean);
+  out.temperature = FitTemperature(log_mean, labels, C);
   std::vector<float> calibrated(mean.size());
   for (int64_t half = 0; half < 2; half++) {
     // Fit on the other half's rows (those of the other parity), apply to this half's.
-    std::vector<float> fit_rows;
+    std::vector<double> fit_log_rows;
     std::vector<int64_t> fit_labels;
     std::vector<float> own_rows;
     for (int64_t i = 0; i < p.samples; i++) {
-      const float* row = mean.data() + static_cast<size_t>(i) * row_size;
+      const size_t at = static_cast<size_t>(i) * row_size;
       if (i % 2 == half) {
-        own_rows.insert(own_rows.end(), row, row + row_size);
+        own_rows.insert(own_rows.end(), mean.begin() + at, mean.begin() + at + row_size);
       } else {
-        fit_rows.insert(fit_rows.end(), row, row + row_size);
+        fit_log_rows.insert(fit_log_rows.end(), log_mean.begin() + at,
+                            log_mean.begin() + at + row_size);
         fit_labels.push_back(labels[static_cast<size_t>(i)]);
       }
     }
-    out.half_temperatures[static_cast<size_t>(half)] =
-        FitTemperature(LogOf(fit_rows), fit_labels, C);
-    COHORT_ASSIGN_OR_RETURN(
-        std::vector<float> own,
-        ApplyTemperature(own_rows, C, out.half_temperatures[static_cast<size_t>(half)]));
+    const double temperature = FitTemperature(fit_log_rows, fit_labels, C);
+    out.half_temperatures[static_cast<size_t>(half)] = temperature;
+    COHORT_ASSIGN_OR_RETURN(std::vector<float> own, ApplyTemperature(own_rows, C, temperature));
     for (size_t j = 0; j * row_size < own.size(); j++) {
       const size_t i = 2 * j + static_cast<size_t>(half);
       std::copy_n(own.data() + j * row_size, row_size, calibrated.data() + i * row_size);
     }
   }
-  COHORT_ASSIGN_OR_RETURN(out.raw, MetricsOf(mean, C, labels));
   COHORT_ASSIGN_OR_RETURN(out.calibrated, MetricsOf(calibrated, C, labels));
   return out;
 }
