@@ -10,7 +10,7 @@
 2. Active learning: test accuracy of the ensemble against labels used, for `random`, `bald`,
    `variance` and `entropy`, three seeds each (acquisition seed and member seeds), starting
    from 1,000 labels and adding 1,000 per round; the labels at which each curve first reaches
-   85%.
+   85%, and where the line between its points either side of 85% crosses it (interpolated).
 
   bench/quality.py [--part full,al] [--rounds 6] [--epochs-full 15] [--scratch DIR]
   bench/quality.py --part al --start 500 --k 250 --rounds 8 \
@@ -276,25 +276,40 @@ def active_learning(cohort, scratch, rounds, seeds, quick, variants, start, k, m
         print(f"{n:>7} " + " ".join(cells))
     print("\nLabels at which the mean curve first reaches 85%:")
     reach = {}
+    reach_interpolated = {}
     reach_per_seed = {}
     for s in variants:
         hit = None
+        below = None  # the mean curve's last point under 85% before it reaches 85%
         for i, n in enumerate(labels):
             accs = [c[i][1] for c in curves[s] if i < len(c)]
-            if accs and sum(accs) / len(accs) >= 0.85:
+            if not accs:
+                continue
+            mean = sum(accs) / len(accs)
+            if mean >= 0.85:
                 hit = n
+                # Where the straight line between the points either side of 85% crosses it: a
+                # finer reading than the step the curve first reaches it at, which is up to a
+                # whole round's labels late.
+                if below is not None:
+                    n0, a0 = below
+                    reach_interpolated[s] = n0 + (n - n0) * (0.85 - a0) / (mean - a0)
                 break
+            below = (n, mean)
         reach[s] = hit
         times = acquire_s.get(s, [])
         mean_time = f"{sum(times) / len(times):.3f} s" if times else "-"
         # Each seed's own curve too: noisier than the mean curve, and the mean curve's crossing
         # is not the mean of the seeds' (docs/benchmarks.md, "Quality").
         per_seed = [next((n for n, acc, _ in c if acc >= 0.85), None) for c in curves[s]]
+        between = (f", interpolated {reach_interpolated[s]:,.0f}" if s in reach_interpolated
+                   else "")
         print(f"  {s:<10} {hit if hit is not None else 'not within ' + str(labels[-1])}"
-              f"  (per seed {' / '.join(str(n) if n else '-' for n in per_seed)};"
+              f"{between}  (per seed {' / '.join(str(n) if n else '-' for n in per_seed)};"
               f" acquisition {mean_time} per round)")
         reach_per_seed[s] = per_seed
-    return {"curves": curves, "reach_85": reach, "reach_85_per_seed": reach_per_seed,
+    return {"curves": curves, "reach_85": reach, "reach_85_interpolated": reach_interpolated,
+            "reach_85_per_seed": reach_per_seed,
             "acquire_s": acquire_s}
 
 

@@ -30,7 +30,7 @@ REG_RUN = None  # a finished regression run
 CHARTS = ["accuracy-by-round", "accuracy-by-labels", "nll-by-round", "nll-by-labels",
           "ece-by-round", "ece-by-labels", "timeline", "time-per-round", "dataset-size",
           "picks-by-class", "loss-round-0", "loss-round-1", "loss-round-2", "reliability",
-          "reliability-counts"]
+          "reliability-calibrated", "reliability-counts"]
 
 
 def cohort(*args, check=True):
@@ -192,6 +192,12 @@ class ReportOfAFinishedRun(unittest.TestCase):
             # The reliability diagram is of the final ensemble: its ECE is the journal's.
             self.assertIn(f"ECE {self.rounds[-1]['test_ece']:.4f}",
                           by_id["reliability"]["title"][0])
+            # Beside it the same predictions calibrated as the loop does: the journal's
+            # cross-fitted ECE, recomputed by the report from the members' prediction files.
+            self.assertIn(f"cross-fitted ECE {self.rounds[-1]['test_ece_calibrated']:.4f}",
+                          by_id["reliability-calibrated"]["title"][0])
+            self.assertIn(f"(fitted on every row: {self.rounds[-1]['test_temperature']:.3f},",
+                          b.run("return document.querySelector('#reliability p').textContent;"))
             # Acquired images: 16 per acquiring round, all decoded by the browser.
             images = b.run("""return Array.from(document.querySelectorAll('figure.pick img'))
                 .map(function (i) { return [i.naturalWidth, i.naturalHeight]; });""")

@@ -84,7 +84,7 @@ std::string SamplePng(const store::Table& table, uint64_t row, const ImageLayout
                                ? (static_cast<size_t>(c) * l.height + y) * l.width + x
                                : (static_cast<size_t>(y) * l.width + x) * l.channels + c;
         const size_t dst = (static_cast<size_t>(y) * l.width + x) * l.channels + c;
-        px[dst] = static_cast<uint8_t>(std::clamp((v[src] - lo) * scale, 0.0, 255.0) + 0.5);
+        px[dst] = static_cast<uint8_t>(std::lround(std::clamp((v[src] - lo) * scale, 0.0, 255.0)));
       }
     }
   }
@@ -257,6 +257,10 @@ void GatherReliability(const loop::RunReader& run, ReportData* out) {
   out->reliability_round = round;
   out->reliability_members = stacked->members;
   out->reliability = metrics->ensemble;
+  // Fails only on a table of one row, where there is nothing to cross-fit: no second diagram.
+  if (auto calibrated = loop::CrossFitEnsembleTemperature(*view, labels); calibrated.ok()) {
+    out->reliability_calibrated = std::move(*calibrated);
+  }
 }
 
 }  // namespace

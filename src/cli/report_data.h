@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "loop/calibration.h"
 #include "loop/ensemble_metrics.h"
 #include "loop/journal.h"
 #include "loop/regression.h"
@@ -91,6 +92,9 @@ struct ReportData {
   std::optional<int64_t> reliability_round;
   int64_t reliability_members = 0;
   std::optional<loop::ClassificationMetrics> reliability;
+  // The same predictions calibrated as the loop calibrates each round (loop::
+  // CrossFitEnsembleTemperature): its `calibrated` metrics are the journal's cross-fitted ones.
+  std::optional<loop::CrossFittedCalibration> reliability_calibrated;
   // Regression: every member's and the ensemble's metrics, whose `coverage` the section draws.
   std::optional<loop::EnsembleRegressionMetrics> coverage;
   std::vector<std::string> coverage_members;  // the names of coverage->members, in order

@@ -768,22 +768,16 @@ std::string CoverageSection(const ReportData& d) {
   return s;
 }
 
-std::string ReliabilitySection(const ReportData& d) {
-  if (d.coverage) return CoverageSection(d);
-  std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
-  if (!d.reliability) {
-    return s + "<p class=\"muted\">No reliability diagram: " + Escape(d.reliability_error) +
-           ".</p></section>\n";
-  }
-  const auto& m = *d.reliability;
-  s += fmt::format(
-      "<p class=\"muted\">The mean prediction of the {} members of round {} on the <code>{}</code> "
-      "table ({} samples), grouped by confidence (the top class's probability) into {} bins. "
-      "A calibrated ensemble's bars reach the diagonal; bars below it are over-confident.</p>",
-      d.reliability_members, *d.reliability_round, Escape(d.test_table), m.count, m.bins.size());
+double ReliabilityBarWidth(const loop::ClassificationMetrics& m) {
+  return m.bins.empty() ? 0.05 : (m.bins[0].upper - m.bins[0].lower) * 0.92;
+}
+
+// A reliability diagram of `m`'s confidence bins: accuracy as bars, mean confidence as points.
+std::string ReliabilityChart(const std::string& id, const std::string& title,
+                             const loop::ClassificationMetrics& m) {
   svg::XYChart c;
-  c.id = "reliability";
-  c.title = fmt::format("Reliability diagram, round {} (ECE {:.4f})", *d.reliability_round, m.ece);
+  c.id = id;
+  c.title = title;
   c.x.label = "confidence (top-class probability)";
   c.y.label = "accuracy (fraction correct)";
   c.x.min = 0;
@@ -791,7 +785,7 @@ std::string ReliabilitySection(const ReportData& d) {
   c.y.min = 0;
   c.y.max = 1;
   c.diagonal = true;
-  c.bar_width = m.bins.empty() ? 0.05 : (m.bins[0].upper - m.bins[0].lower) * 0.92;
+  c.bar_width = ReliabilityBarWidth(m);
   c.width = 460;
   c.height = 380;
   svg::Series acc, conf;
@@ -816,15 +810,52 @@ std::string ReliabilitySection(const ReportData& d) {
   }
   c.series = {acc, conf};
   c.note = "dashed: perfect calibration (accuracy = confidence)";
-  s += "<div class=\"charts\">" + svg::RenderXY(c);
+  return svg::RenderXY(c);
+}
+
+std::string ReliabilitySection(const ReportData& d) {
+  if (d.coverage) return CoverageSection(d);
+  std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
+  if (!d.reliability) {
+    return s + "<p class=\"muted\">No reliability diagram: " + Escape(d.reliability_error) +
+           ".</p></section>\n";
+  }
+  const auto& m = *d.reliability;
+  s += fmt::format(
+      "<p class=\"muted\">The mean prediction of the {} members of round {} on the <code>{}</code> "
+      "table ({} samples), grouped by confidence (the top class's probability) into {} bins. "
+      "A calibrated ensemble's bars reach the diagonal; bars below it are over-confident.",
+      d.reliability_members, *d.reliability_round, Escape(d.test_table), m.count, m.bins.size());
+  if (d.reliability_calibrated) {
+    const auto& cal = *d.reliability_calibrated;
+    s += fmt::format(
+        " Beside it, the same mean calibrated as the loop calibrates every round, so that no "
+        "sample is scored by a temperature that saw its label: the even rows at temperature "
+        "{:.3f}, fitted on the odd rows, and the odd rows at {:.3f}, fitted on the even rows "
+        "(fitted on every row: {:.3f}, the temperature <code>cohort predict --calibrated</code> "
+        "applies).",
+        cal.half_temperatures[0], cal.half_temperatures[1], cal.temperature);
+  }
+  s += "</p><div class=\"charts\">" +
+       ReliabilityChart(
+           "reliability",
+           fmt::format("Reliability diagram, round {} (ECE {:.4f})", *d.reliability_round, m.ece),
+           m);
+  if (d.reliability_calibrated) {
+    const auto& cal = *d.reliability_calibrated;
+    s += ReliabilityChart("reliability-calibrated",
+                          fmt::format("Calibrated, round {} (cross-fitted ECE {:.4f})",
+                                      *d.reliability_round, cal.calibrated.ece),
+                          cal.calibrated);
+  }
   svg::XYChart counts;
   counts.id = "reliability-counts";
-  counts.title = "Test samples per confidence bin";
+  counts.title = "Test samples per confidence bin (uncalibrated)";
   counts.x.label = "confidence (top-class probability)";
   counts.y.label = "samples";
   counts.x.min = 0;
   counts.x.max = 1;
-  counts.bar_width = c.bar_width;
+  counts.bar_width = ReliabilityBarWidth(m);
   counts.width = 460;
   counts.height = 380;
   svg::Series n;
@@ -837,9 +868,14 @@ std::string ReliabilitySection(const ReportData& d) {
   }
   counts.series = {n};
   s += svg::RenderXY(counts) + "</div>";
-  s += fmt::format("<p>accuracy {:.4f}, NLL {:.4f}, Brier {:.4f}, ECE {:.4f}</p></section>\n",
-                   m.accuracy, m.nll, m.brier, m.ece);
-  return s;
+  s += fmt::format("<p>accuracy {:.4f}, NLL {:.4f}, Brier {:.4f}, ECE {:.4f}", m.accuracy, m.nll,
+                   m.brier, m.ece);
+  if (d.reliability_calibrated) {
+    const auto& cal = *d.reliability_calibrated;
+    s += fmt::format("; calibrated (cross-fitted): NLL {:.4f}, Brier {:.4f}, ECE {:.4f}",
+                     cal.calibrated.nll, cal.calibrated.brier, cal.calibrated.ece);
+  }
+  return s + "</p></section>\n";
 }
 
 // ---- config

@@ -77,6 +77,53 @@ TEST(ReportHtmlTest, EverySectionAndChart) {
   EXPECT_EQ(h.find("data-chart=\"reliability\""), std::string::npos);
 }
 
+// Two confidence bins of a classification table, as loop::ComputeEnsembleMetrics fills them.
+loop::ClassificationMetrics TwoBins(double ece, double low_accuracy, double high_accuracy) {
+  loop::ClassificationMetrics m;
+  m.count = 40;
+  m.accuracy = 0.75;
+  m.nll = 0.5;
+  m.brier = 0.3;
+  m.ece = ece;
+  loop::ReliabilityBin low{
+      .lower = 0.5, .upper = 0.75, .count = 10, .confidence = 0.6, .accuracy = low_accuracy};
+  loop::ReliabilityBin high{
+      .lower = 0.75, .upper = 1, .count = 30, .confidence = 0.9, .accuracy = high_accuracy};
+  m.bins = {low, high};
+  return m;
+}
+
+TEST(ReportHtmlTest, TheReliabilityDiagramShowsTheCalibratedEnsembleBesideTheRawOne) {
+  ReportData d = OneRound();
+  d.reliability_round = 0;
+  d.reliability_members = 2;
+  d.reliability = TwoBins(0.125, 0.4, 0.8);
+  std::string h = RenderReportHtml(d);
+  EXPECT_NE(h.find("Reliability diagram, round 0 (ECE 0.1250)"), std::string::npos);
+  EXPECT_NE(h.find("confidence 0.750-1.000: 30 samples, accuracy 0.800, mean confidence 0.900"),
+            std::string::npos);
+  // Without a calibration (a one-row table) there is one diagram and no sentence about it.
+  EXPECT_EQ(h.find("reliability-calibrated"), std::string::npos);
+  EXPECT_EQ(h.find("cross-fitted"), std::string::npos);
+
+  loop::CrossFittedCalibration cal;
+  cal.temperature = 0.9;
+  cal.half_temperatures = {0.875, 0.925};
+  cal.raw = *d.reliability;
+  cal.calibrated = TwoBins(0.0625, 0.55, 0.875);
+  cal.calibrated.nll = 0.4375;
+  d.reliability_calibrated = cal;
+  h = RenderReportHtml(d);
+  EXPECT_NE(h.find("data-chart=\"reliability-calibrated\""), std::string::npos);
+  EXPECT_NE(h.find("Calibrated, round 0 (cross-fitted ECE 0.0625)"), std::string::npos);
+  EXPECT_NE(h.find("confidence 0.500-0.750: 10 samples, accuracy 0.550, mean confidence 0.600"),
+            std::string::npos);
+  EXPECT_NE(h.find("the even rows at temperature 0.875, fitted on the odd rows, and the odd rows "
+                   "at 0.925"),
+            std::string::npos);
+  EXPECT_NE(h.find("calibrated (cross-fitted): NLL 0.4375"), std::string::npos);
+}
+
 // OneRound as a regression run: regression metrics, no classes, the coverage of its intervals.
 ReportData OneRegressionRound() {
   ReportData d = OneRound();
