@@ -130,6 +130,11 @@ Result<bool> OneDnnEnabledFromEnv() {
   return Status::InvalidArgument("COHORT_ONEDNN='" + text + "': expected auto, on or off");
 }
 
+Result<bool> OneDnnUsableOn(const torch::Device& device) {
+  COHORT_ASSIGN_OR_RETURN(const bool enabled, OneDnnEnabledFromEnv());
+  return enabled && device.is_cpu() && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn();
+}
+
 bool OneDnnForward::CpuHasBf16() {
   static const bool has = [] {
     try {
@@ -148,10 +153,9 @@ bool OneDnnForward::CpuHasBf16() {
 Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torch::Device& device,
                                                         const std::string& precision,
                                                         bool sample_dropout, double uint8_scale) {
-  COHORT_ASSIGN_OR_RETURN(bool enabled, OneDnnEnabledFromEnv());
+  COHORT_ASSIGN_OR_RETURN(const bool usable, OneDnnUsableOn(device));
   const bool bf16 = precision == "bf16";
-  if (!enabled || !device.is_cpu() || sample_dropout || !at::hasMKLDNN() ||
-      !at::globalContext().userEnabledMkldnn() || (bf16 && !CpuHasBf16())) {
+  if (!usable || sample_dropout || (bf16 && !CpuHasBf16())) {
     return std::optional<OneDnnForward>();
   }
   torch::NoGradGuard no_grad;

@@ -58,6 +58,12 @@ namespace cohort::model {
 // COHORT_ONEDNN: true unless "off"; an error naming the variable for another value.
 Result<bool> OneDnnEnabledFromEnv();
 
+// Whether work on `device` may go through oneDNN at all: COHORT_ONEDNN allows it (errors as
+// OneDnnEnabledFromEnv), the device is the CPU, and libtorch has oneDNN and has not had it
+// switched off. Training (dense layers, model/onednn_linear.h) and prediction (OneDnnForward::
+// For) each add their own conditions on top.
+Result<bool> OneDnnUsableOn(const torch::Device& device);
+
 class OneDnnForward {
  public:
   // The plan for a pass of `net` on `device` in `precision`; nullopt where the network's own

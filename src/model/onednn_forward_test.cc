@@ -230,5 +230,31 @@ TEST(OneDnnForwardTest, StaysOutOfPassesItMustNotTake) {
   }
 }
 
+// The conditions training and prediction share: the variable, the device, libtorch's oneDNN.
+TEST(OneDnnForwardTest, OneDnnIsUsableOnlyOnTheCpuAndWhenNotSwitchedOff) {
+  auto cpu = OneDnnUsableOn(torch::kCPU);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(*cpu, at::hasMKLDNN());
+  auto cuda = OneDnnUsableOn(torch::Device("cuda:0"));
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_FALSE(*cuda);
+  {
+    ScopedEnv off("COHORT_ONEDNN", "off");
+    auto usable = OneDnnUsableOn(torch::kCPU);
+    ASSERT_TRUE(usable.ok());
+    EXPECT_FALSE(*usable);
+  }
+  {
+    ScopedEnv on("COHORT_ONEDNN", "on");
+    auto usable = OneDnnUsableOn(torch::kCPU);
+    ASSERT_TRUE(usable.ok());
+    EXPECT_EQ(*usable, at::hasMKLDNN());
+  }
+  ScopedEnv bad("COHORT_ONEDNN", "yes");
+  auto usable = OneDnnUsableOn(torch::kCPU);
+  ASSERT_FALSE(usable.ok());
+  EXPECT_EQ(usable.status().message(), "COHORT_ONEDNN='yes': expected auto, on or off");
+}
+
 }  // namespace
 }  // namespace cohort::model

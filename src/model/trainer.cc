@@ -227,9 +227,8 @@ class TrainingRun {
     net_->to(plan_.device);
     // fp32 dense layers through oneDNN on the CPU (model/onednn_linear.h); COHORT_ONEDNN=off
     // keeps libtorch's own (BLAS) path, and any other value than auto/on/off is refused.
-    COHORT_ASSIGN_OR_RETURN(const bool onednn, OneDnnEnabledFromEnv());
-    net_->set_onednn_dense(onednn && at::hasMKLDNN() && plan_.device.is_cpu() &&
-                           plan_.meta.precision == "fp32");
+    COHORT_ASSIGN_OR_RETURN(const bool onednn, OneDnnUsableOn(plan_.device));
+    net_->set_onednn_dense(onednn && plan_.meta.precision == "fp32");
     optimizer_ = MakeOptimizer(config_.optimizer, net_->parameters());
     if (!config_.warm_start_from.empty()) {
       COHORT_RETURN_IF_ERROR(
