@@ -649,15 +649,35 @@ namespace {
   "ALTER TABLE rounds DROP COLUMN test_nll_calibrated; " \
   "ALTER TABLE rounds DROP COLUMN test_ece_calibrated; "
 
+// A journal at `path` with one run (id 1) and `rounds` begun rounds, the first holding an
+// attempt of member "a" when `with_attempt`, turned back into an older schema by the SQL
+// `downgrade` and reopened, which upgrades it to the current version. Null, with the test
+// failed, if a step fails.
+std::unique_ptr<Journal> ReopenDowngraded(const std::string& path, int rounds, bool with_attempt,
+                                          const char* downgrade) {
+  {
+    auto j = MustOpen(path);
+    if (j == nullptr) return nullptr;
+    auto run = j->StartRun(SampleRun());
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    if (!run.ok()) return nullptr;
+    for (int round = 0; round < rounds; round++) {
+      EXPECT_TRUE(j->BeginRound(*run, round, round + 1).ok());
+    }
+    if (with_attempt) {
+      EXPECT_TRUE(j->BeginAttempt(AttemptStart{*run, 0, "a", 1, "cpu:0", 0, ""}).ok());
+    }
+  }
+  RawExec(path, downgrade);
+  if (::testing::Test::HasFailure()) return nullptr;
+  auto j = MustOpen(path);
+  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
+  return j;
+}
+
 // A version-1 journal (attempts could not be 'interrupted'; the controller's own stops were
 // 'killed' told apart by their exit text) is upgraded in place when opened.
 TEST(JournalTest, UpgradesSchemaVersion1) {
-  std::string path = ScratchDir() + "/run.db";
-  {
-    auto j = MustOpen(path);
-    int64_t run = *j->StartRun(SampleRun());
-    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-  }
   const char* to_v1 = R"sql(
     PRAGMA foreign_keys = OFF;
     DROP TABLE attempts;
@@ -685,11 +705,8 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
     ALTER TABLE rounds DROP COLUMN test_ece_calibrated;
     PRAGMA user_version = 1;
   )sql";
-  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v1));
-
-  auto j = MustOpen(path);
+  auto j = ReopenDowngraded(ScratchDir() + "/run.db", /*rounds=*/1, /*with_attempt=*/false, to_v1);
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   auto attempts = j->AttemptsOfRound(1, 0);
   ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
   std::map<std::string, AttemptStatus> status;
@@ -711,23 +728,13 @@ TEST(JournalTest, UpgradesSchemaVersion1) {
 
 // Version 2 journals get the placement columns.
 TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
-  std::string path = ScratchDir() + "/run.db";
-  {
-    auto j = MustOpen(path);
-    int64_t run = *j->StartRun(SampleRun());
-    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-    ASSERT_TRUE(j->BeginAttempt(AttemptStart{run, 0, "a", 1, "cpu:0", 0, ""}).ok());
-  }
   const char* to_v2 =
       "ALTER TABLE attempts DROP COLUMN node; ALTER TABLE attempts DROP COLUMN gpus; "
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
       "ALTER TABLE rounds DROP COLUMN test_calibration; " DROP_VERSION_6_COLUMNS
       "PRAGMA user_version = 2;";
-  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v2));
-
-  auto j = MustOpen(path);
+  auto j = ReopenDowngraded(ScratchDir() + "/run.db", 1, /*with_attempt=*/true, to_v2);
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   auto before = j->AttemptsOfRound(1, 0);
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   ASSERT_EQ(before->size(), 1u);
@@ -742,21 +749,12 @@ TEST(JournalTest, UpgradesSchemaVersion2AndRecordsPlacement) {
 // Version 3 journals get the regression metric columns; a round's metrics of either kind of
 // run read back as written.
 TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
-  std::string path = ScratchDir() + "/run.db";
-  {
-    auto j = MustOpen(path);
-    int64_t run = *j->StartRun(SampleRun());
-    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-  }
   const char* to_v3 =
       "ALTER TABLE rounds DROP COLUMN test_rmse; ALTER TABLE rounds DROP COLUMN test_mae; "
       "ALTER TABLE rounds DROP COLUMN test_calibration; " DROP_VERSION_6_COLUMNS
       "PRAGMA user_version = 3;";
-  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v3));
-
-  auto j = MustOpen(path);
+  auto j = ReopenDowngraded(ScratchDir() + "/run.db", 1, /*with_attempt=*/false, to_v3);
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   RoundOutcome o;
   o.output_generation = 2;
   o.labels_total = 40;
@@ -779,18 +777,9 @@ TEST(JournalTest, UpgradesSchemaVersion3AndRecordsRegressionMetrics) {
 // Version 4 journals get the update_steps table; a step is recorded once (a resumed round's
 // second record of the same step is ignored) and reads back in step order.
 TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
-  std::string path = ScratchDir() + "/run.db";
-  {
-    auto j = MustOpen(path);
-    int64_t run = *j->StartRun(SampleRun());
-    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-  }
   const char* to_v4 = "DROP TABLE update_steps; " DROP_VERSION_6_COLUMNS "PRAGMA user_version = 4;";
-  ASSERT_NO_FATAL_FAILURE(RawExec(path, to_v4));
-
-  auto j = MustOpen(path);
+  auto j = ReopenDowngraded(ScratchDir() + "/run.db", 1, /*with_attempt=*/false, to_v4);
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   UpdateStepRecord second{.step = 2,
                           .kind = "relabel_or_drop",
                           .name = "relabel_or_drop",
@@ -831,18 +820,9 @@ TEST(JournalTest, UpgradesSchemaVersion4AndRecordsUpdateSteps) {
 // Version 5 journals get the calibration columns; a round's calibration reads back as written,
 // and a round without one (a regression run) reads back without.
 TEST(JournalTest, UpgradesSchemaVersion5AndRecordsCalibration) {
-  std::string path = ScratchDir() + "/run.db";
-  {
-    auto j = MustOpen(path);
-    int64_t run = *j->StartRun(SampleRun());
-    ASSERT_TRUE(j->BeginRound(run, 0, 1).ok());
-    ASSERT_TRUE(j->BeginRound(run, 1, 2).ok());
-  }
-  ASSERT_NO_FATAL_FAILURE(RawExec(path, DROP_VERSION_6_COLUMNS "PRAGMA user_version = 5;"));
-
-  auto j = MustOpen(path);
+  auto j = ReopenDowngraded(ScratchDir() + "/run.db", /*rounds=*/2, /*with_attempt=*/false,
+                            DROP_VERSION_6_COLUMNS "PRAGMA user_version = 5;");
   ASSERT_NE(j, nullptr);
-  EXPECT_EQ(QueryOne(path, "PRAGMA user_version"), std::to_string(kJournalSchemaVersion));
   RoundOutcome o;
   o.output_generation = 2;
   o.test.accuracy = 0.875;
