@@ -269,6 +269,7 @@ TEST(JournalTest, AttemptsEpochsMetricsAcquisitionsRoundTrip) {
   EXPECT_DOUBLE_EQ((*mm)["cnn"]["accuracy"], 0.86);
 
   std::vector<AcquiredSample> picks;
+  picks.reserve(500);
   for (int i = 0; i < 500; i++) picks.push_back({1000 + (i * 7919) % 5000, 2.0 - i * 0.001});
   ASSERT_TRUE(j->RecordAcquisition(run, 0, picks).ok());
   auto got = j->AcquisitionsOf(run, 0);
@@ -374,6 +375,7 @@ TEST(JournalTest, SecondConnectionReadsWhileFirstWrites) {
   std::thread w([&] {
     for (int b = 0; b < kBatches; b++) {
       std::vector<EpochRecord> rows;
+      rows.reserve(kBatch);
       for (int i = 0; i < kBatch; i++) rows.push_back({b * kBatch + i, 1.0, {}, {}, 0.1, 0.5});
       Status s = writer->AddEpochs(attempt, rows);
       if (!s.ok()) {
@@ -606,6 +608,7 @@ TEST(JournalTest, ChildKilledDuringBatchedWritesKeepsWholeBatches) {
     if (!j.ok()) _exit(2);
     for (int b = 0;; b++) {
       std::vector<EpochRecord> rows;
+      rows.reserve(kBatch);
       for (int i = 0; i < kBatch; i++) rows.push_back({b * kBatch + i, 1.0, 0.5, 0.5, 0.1, 1.0});
       if (!(*j)->AddEpochs(attempt, rows).ok()) _exit(3);
       if (b == 4) {
