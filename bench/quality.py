@@ -97,6 +97,28 @@ def metrics(p, y):
     return {"accuracy": float(correct.mean()), "nll": float(nll), "ece": float(ece)}
 
 
+def ece_resolution(p, draws=50, seed=0):
+    """The ECE a perfectly calibrated model with the confidences of p (n, C) would read on n
+    samples: labels drawn from p itself, `draws` times (seeded). Returns the mean and the 5% and
+    95% points. Two ECEs that both fall in such a range are not told apart by the test table."""
+    rng = np.random.default_rng(seed)
+    cumulative = np.cumsum(p.astype(np.float64), axis=1)
+    values = []
+    for _ in range(draws):
+        u = rng.random((len(p), 1)) * cumulative[:, -1:]
+        y = np.minimum((u > cumulative).sum(1), p.shape[1] - 1)
+        values.append(metrics(p, y)["ece"])
+    return float(np.mean(values)), float(np.percentile(values, 5)), float(np.percentile(values, 95))
+
+
+def temperature_scaled(p, temperature):
+    """softmax(log p / T), as loop/calibration.h applies it."""
+    z = np.log(np.maximum(p.astype(np.float64), 1.1754944e-38)) / temperature
+    z -= z.max(1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(1, keepdims=True)
+
+
 def calibrated(cohort, scratch, run_dir, test):
     """`cohort predict --calibrate` on a run: the first `test` test images split in two (seed
     2), a temperature fitted on one half, each member's, the ensemble's and the calibrated
@@ -151,17 +173,40 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
         ens = db.execute("SELECT test_accuracy, test_nll, test_ece, test_brier, test_temperature, "
                          "test_nll_calibrated, test_ece_calibrated FROM rounds "
                          "WHERE round = 0").fetchone()
-        db.close()
         ensemble = {"accuracy": ens[0], "nll": ens[1], "ece": ens[2], "brier": ens[3],
                     "temperature": ens[4], "nll_calibrated": ens[5], "ece_calibrated": ens[6]}
+        # What each ECE can resolve on this test table: the range a perfectly calibrated model
+        # with the same confidences would read (ece_resolution).
+        run_dir = os.path.join(scratch, "runs", name)
+        probabilities = {}
+        for member, predictions_json in db.execute(
+                "SELECT member, predictions_json FROM attempts WHERE round = 0 AND "
+                "status = 'done'"):
+            if member in members and predictions_json:
+                path = json.loads(predictions_json)["test"]
+                probabilities[member] = np.load(os.path.join(run_dir, path))
+                members[member]["ece_resolution"] = ece_resolution(probabilities[member])
+        db.close()
+        if len(probabilities) == len(members):
+            mean = np.mean([probabilities[m] for m in sorted(probabilities)], axis=0)
+            ensemble["ece_resolution"] = ece_resolution(mean)
+            if ensemble["temperature"] is not None:
+                ensemble["ece_calibrated_resolution"] = ece_resolution(
+                    temperature_scaled(mean, ensemble["temperature"]))
+
+        def resolution(m, key="ece_resolution"):
+            r = m.get(key)
+            return f"{r[0]:.4f} ({r[1]:.4f}-{r[2]:.4f})" if r else "-"
         print(f"\nFull labels, seed {seed} ({'600' if quick else '60,000'} training images, "
               f"{epochs} epochs, test {'500' if quick else '10,000'}, {stem}; {seconds:.0f} s)")
-        print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
+        print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}  "
+              f"ece if calibrated (5-95%)")
         for member, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
             print(f"{member:<18} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
-                  f"{m['nll']:>7.4f} {m['ece']:>7.4f} {m['brier']:>7.4f}")
+                  f"{m['nll']:>7.4f} {m['ece']:>7.4f} {m['brier']:>7.4f}  {resolution(m)}")
         print(f"{'ensemble (mean)':<18} {'':>7} {ensemble['accuracy']:>8.4f} "
-              f"{ensemble['nll']:>7.4f} {ensemble['ece']:>7.4f} {ensemble['brier']:>7.4f}")
+              f"{ensemble['nll']:>7.4f} {ensemble['ece']:>7.4f} {ensemble['brier']:>7.4f}  "
+              f"{resolution(ensemble)}")
         for metric in ("nll", "ece"):
             best = min(m[metric] for m in members.values())
             verdict = "below" if ensemble[metric] < best else "NOT below"
@@ -174,13 +219,18 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
         else:
             print(f"  the loop's calibration: temperature {ensemble['temperature']:.4f}, "
                   f"cross-fitted nll {ensemble['nll_calibrated']:.4f}, "
-                  f"ece {ensemble['ece_calibrated']:.4f}")
+                  f"ece {ensemble['ece_calibrated']:.4f} (if calibrated: "
+                  f"{resolution(ensemble, 'ece_calibrated_resolution')})")
         for metric in ("nll", "ece") if ensemble["temperature"] is not None else ():
-            best = min(m[metric] for m in members.values())
+            best_name = min(members, key=lambda n: members[n][metric])
+            best = members[best_name][metric]
             value = ensemble[f"{metric}_calibrated"]
             verdict = "below" if value < best else "NOT below"
             print(f"  calibrated ensemble {metric} {value:.4f} is {verdict} every member's "
-                  f"(best {best:.4f})")
+                  f"(best {best:.4f}" +
+                  (f", {best_name}, which a perfectly calibrated model with its confidences "
+                   f"would read as {resolution(members[best_name])}" if metric == "ece" and
+                   "ece_resolution" in members[best_name] else "") + ")")
         cal = calibrated(cohort, scratch, os.path.join(scratch, "runs", name),
                          500 if quick else 10000)
         print(f"\nCalibrated: temperature {cal['temperature']:.4f} fitted on "
