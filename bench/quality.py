@@ -199,12 +199,12 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
             return f"{r[0]:.4f} ({r[1]:.4f}-{r[2]:.4f})" if r else "-"
         print(f"\nFull labels, seed {seed} ({'600' if quick else '60,000'} training images, "
               f"{epochs} epochs, test {'500' if quick else '10,000'}, {stem}; {seconds:.0f} s)")
-        print(f"{'model':<18} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}  "
+        print(f"{'model':<22} {'params':>7} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}  "
               f"ece if calibrated (5-95%)")
         for member, m in sorted(members.items(), key=lambda kv: -kv[1]["accuracy"]):
-            print(f"{member:<18} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
+            print(f"{member:<22} {m.get('parameters') or '-':>7} {m['accuracy']:>8.4f} "
                   f"{m['nll']:>7.4f} {m['ece']:>7.4f} {m['brier']:>7.4f}  {resolution(m)}")
-        print(f"{'ensemble (mean)':<18} {'':>7} {ensemble['accuracy']:>8.4f} "
+        print(f"{'ensemble (mean)':<22} {'':>7} {ensemble['accuracy']:>8.4f} "
               f"{ensemble['nll']:>7.4f} {ensemble['ece']:>7.4f} {ensemble['brier']:>7.4f}  "
               f"{resolution(ensemble)}")
         for metric in ("nll", "ece"):
@@ -255,14 +255,14 @@ def full_labels(cohort, scratch, epochs, seeds, quick, base, first_seed=0):
                      "calibrated": cal})
     if seeds > 1:
         print(f"\nFull labels, mean of {seeds} seeds")
-        print(f"{'model':<18} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
+        print(f"{'model':<22} {'accuracy':>8} {'nll':>7} {'ece':>7} {'brier':>7}")
         rows = {name: {k: sum(r["members"][name][k] for r in runs) / seeds
                        for k in ("accuracy", "nll", "ece", "brier")}
                 for name in runs[0]["members"]}
         rows["ensemble (mean)"] = {k: sum(r["ensemble"][k] for r in runs) / seeds
                                    for k in ("accuracy", "nll", "ece", "brier")}
         for name, m in sorted(rows.items(), key=lambda kv: -kv[1]["accuracy"]):
-            print(f"{name:<18} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
+            print(f"{name:<22} {m['accuracy']:>8.4f} {m['nll']:>7.4f} {m['ece']:>7.4f} "
                   f"{m['brier']:>7.4f}")
         print(f"\nCalibrated, mean of {seeds} seeds (metrics on the held-out half)")
         for label, key in (("ensemble (mean)", "ensemble"), ("ensemble, calibrated", "calibrated")):
