@@ -5,7 +5,8 @@
    all 60,000 training images (one round, nothing to acquire), evaluated on the 10,000 test
    images, once per seed: each member's and the ensemble's accuracy, NLL and ECE, next to the
    benchmark table of the dataset's README, and whether the ensemble's NLL and ECE are below
-   every member's. Then the ensemble calibrated by `cohort predict --calibrate`: a temperature
+   every member's. Beside each ECE, what the test table can resolve: the range a perfectly
+   calibrated model with the same confidences would read (ece_resolution). Then the ensemble calibrated by `cohort predict --calibrate`: a temperature
    fitted on half the test images (seeded split), every metric on the other half.
 2. Active learning: test accuracy of the ensemble against labels used, for `random`, `bald`,
    `variance` and `entropy`, three seeds each (acquisition seed and member seeds), starting
