@@ -1,7 +1,10 @@
 #include "loop/ensemble_metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+
+#include "common/splitmix.h"
 
 namespace cohort::loop {
 namespace {
@@ -111,6 +114,57 @@ Result<EnsembleMetrics> ComputeEnsembleMetrics(const EnsemblePredictions& predic
   EnsembleMetrics out;
   for (const MetricAccumulator& a : members) out.members.push_back(a.Finish());
   out.ensemble = ensemble.Finish();
+  return out;
+}
+
+Result<EceRange> PerfectlyCalibratedEce(std::span<const float> probabilities, int64_t classes,
+                                        int draws, uint64_t seed) {
+  if (classes < 1) return Status::InvalidArgument("classes must be >= 1");
+  if (probabilities.size() % static_cast<size_t>(classes) != 0) {
+    return Status::InvalidArgument(std::to_string(probabilities.size()) +
+                                   " probabilities are not rows of " + std::to_string(classes));
+  }
+  if (probabilities.empty()) return Status::InvalidArgument("no rows");
+  if (draws < 1) return Status::InvalidArgument("draws must be >= 1");
+  const auto row_size = static_cast<size_t>(classes);
+  const size_t rows = probabilities.size() / row_size;
+  // Only each row's confidence and bin matter: the drawn label is the predicted class with
+  // probability equal to the confidence, and then the row counts as right.
+  std::vector<double> confidence(rows);
+  std::vector<size_t> bin(rows);
+  std::array<double, kEceBins> bin_confidence{};
+  for (size_t i = 0; i < rows; i++) {
+    const float* p = probabilities.data() + i * row_size;
+    confidence[i] = std::clamp<double>(*std::max_element(p, p + classes), 0.0, 1.0);
+    // The bins of MetricAccumulator::Add.
+    bin[i] =
+        static_cast<size_t>(std::min(kEceBins - 1, static_cast<int>(confidence[i] * kEceBins)));
+    bin_confidence[bin[i]] += confidence[i];
+  }
+  uint64_t state = seed;
+  std::vector<double> eces;
+  eces.reserve(static_cast<size_t>(draws));
+  for (int d = 0; d < draws; d++) {
+    std::array<double, kEceBins> bin_correct{};
+    for (size_t i = 0; i < rows; i++) {
+      if (SplitMix64Unit(&state) < confidence[i]) bin_correct[bin[i]] += 1;
+    }
+    double ece = 0;
+    for (size_t b = 0; b < kEceBins; b++) ece += std::abs(bin_correct[b] - bin_confidence[b]);
+    eces.push_back(ece / static_cast<double>(rows));
+  }
+  std::sort(eces.begin(), eces.end());
+  auto percentile = [&](double q) {
+    const double at = q * static_cast<double>(eces.size() - 1);
+    const auto below = static_cast<size_t>(at);
+    const size_t above = std::min(below + 1, eces.size() - 1);
+    return eces[below] + (at - static_cast<double>(below)) * (eces[above] - eces[below]);
+  };
+  EceRange out;
+  for (double e : eces) out.mean += e;
+  out.mean /= static_cast<double>(eces.size());
+  out.low = percentile(0.05);
+  out.high = percentile(0.95);
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,26 @@ struct EnsembleMetrics {
 // not the sample count, a label out of range (the sample is named).
 Result<EnsembleMetrics> ComputeEnsembleMetrics(const EnsemblePredictions& predictions,
                                                const std::vector<int64_t>& labels);
+
+// What an ECE can tell apart on a table of a given size. Even a perfectly calibrated model
+// reads an ECE above 0 on finitely many samples, and how far above depends on how many samples
+// each confidence bin holds. This is the ECE such a model, with the confidences of
+// `probabilities`, would read on a table of their size: each row counts as classified right
+// with probability equal to its confidence (its top probability), independently, and `draws`
+// such tables are scored. A measured ECE inside [low, high] is consistent with perfect
+// calibration; two ECEs that both fall inside theirs are not told apart by the table.
+struct EceRange {
+  double mean = 0;  // over the draws
+  double low = 0;   // 5% point (linear interpolation between draws, as numpy's percentile)
+  double high = 0;  // 95% point
+};
+
+inline constexpr int kEceRangeDraws = 200;
+
+// `probabilities`: rows of `classes` values (one model's, or an ensemble mean). Seeded: the same
+// inputs and seed give the same range. Errors: classes < 1, a size that is not a multiple of
+// `classes`, no rows, draws < 1.
+Result<EceRange> PerfectlyCalibratedEce(std::span<const float> probabilities, int64_t classes,
+                                        int draws = kEceRangeDraws, uint64_t seed = 0);
 
 }  // namespace cohort::loop

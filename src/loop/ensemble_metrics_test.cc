@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "common/splitmix.h"
+
 namespace cohort::loop {
 namespace {
 
@@ -195,6 +197,108 @@ TEST(EnsembleMetricsTest, Errors) {
   auto bad_prob = Compute(nan, 1, {0, 0, 0}, 2);
   ASSERT_FALSE(bad_prob.ok());
   EXPECT_NE(bad_prob.status().message().find("member 0 row 1"), std::string::npos);
+}
+
+// n rows of a model that is right with probability 0.9 on every one, its 10 classes' other
+// 0.1 spread evenly: one confidence bin.
+std::vector<float> ConfidentRows(size_t n) {
+  std::vector<float> p;
+  for (size_t i = 0; i < n; i++) {
+    p.push_back(0.9f);
+    for (int c = 1; c < 10; c++) p.push_back(0.1f / 9);
+  }
+  return p;
+}
+
+TEST(EnsembleMetricsTest, ThePerfectlyCalibratedRangeIsThatOfTheBinomialCount) {
+  // One bin: the ECE is |K - 0.9 n| / n with K ~ Binomial(n, 0.9), whose mean for n = 400 is
+  // sqrt(2 / pi) * sd / n = 0.7979 * 6 / 400 = 0.01197 (the normal approximation).
+  auto range = PerfectlyCalibratedEce(ConfidentRows(400), 10, 4000, 7);
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  EXPECT_NEAR(range->mean, 0.01197, 0.0008);
+  EXPECT_LT(range->low, range->mean);
+  EXPECT_GT(range->high, range->mean);
+  // |K - 360| is a whole number: the 5% point is 1 / 400 at most, the 95% point near
+  // 1.96 * 6 / 400 = 0.0294.
+  EXPECT_LE(range->low, 1.0 / 400 + 1e-12);
+  EXPECT_NEAR(range->high, 0.0294, 0.0026);
+
+  // Four times the rows: half the ECE.
+  auto more = PerfectlyCalibratedEce(ConfidentRows(1600), 10, 4000, 7);
+  ASSERT_TRUE(more.ok());
+  EXPECT_NEAR(more->mean / range->mean, 0.5, 0.05);
+}
+
+TEST(EnsembleMetricsTest, ThePerfectlyCalibratedRangeMatchesTheEceOfLabelsDrawnFromTheModel) {
+  // Rows of varied confidence over several bins. Labels drawn from each row's own
+  // probabilities and scored by ComputeEnsembleMetrics give ECEs whose mean is the range's.
+  const int64_t classes = 4;
+  const size_t rows = 2000;
+  std::vector<float> p;
+  uint64_t state = 11;
+  for (size_t i = 0; i < rows; i++) {
+    double w[classes];
+    double sum = 0;
+    for (double& x : w) {
+      x = std::pow(SplitMix64Unit(&state), 3.0);
+      sum += x;
+    }
+    for (double x : w) p.push_back(static_cast<float>(x / sum));
+  }
+  auto range = PerfectlyCalibratedEce(p, classes, 400, 3);
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  auto view = MakeEnsemblePredictions(p, 1, static_cast<int64_t>(rows), classes);
+  ASSERT_TRUE(view.ok());
+  double mean_ece = 0;
+  int inside = 0;
+  const int draws = 200;
+  for (int d = 0; d < draws; d++) {
+    std::vector<int64_t> labels;
+    for (size_t i = 0; i < rows; i++) {
+      double u = SplitMix64Unit(&state), cumulative = 0;
+      int64_t label = classes - 1;
+      for (int64_t c = 0; c < classes; c++) {
+        cumulative += p[i * classes + static_cast<size_t>(c)];
+        if (u < cumulative) {
+          label = c;
+          break;
+        }
+      }
+      labels.push_back(label);
+    }
+    auto m = ComputeEnsembleMetrics(*view, labels);
+    ASSERT_TRUE(m.ok());
+    mean_ece += m->ensemble.ece / draws;
+    if (m->ensemble.ece >= range->low && m->ensemble.ece <= range->high) inside++;
+  }
+  EXPECT_NEAR(mean_ece, range->mean, 0.08 * range->mean);
+  EXPECT_GT(inside, draws * 80 / 100);  // 90% expected
+  EXPECT_LT(inside, draws * 97 / 100);
+
+  // A model that is always right with confidence 1 reads 0, whatever the draws.
+  std::vector<float> certain(30, 0.0f);
+  for (size_t i = 0; i < 10; i++) certain[i * 3 + i % 3] = 1.0f;
+  auto zero = PerfectlyCalibratedEce(certain, 3);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero->mean, 0.0);
+  EXPECT_EQ(zero->high, 0.0);
+}
+
+TEST(EnsembleMetricsTest, ThePerfectlyCalibratedRangeIsSeededAndChecksItsInput) {
+  auto a = PerfectlyCalibratedEce(ConfidentRows(100), 10, 50, 1);
+  auto b = PerfectlyCalibratedEce(ConfidentRows(100), 10, 50, 1);
+  auto c = PerfectlyCalibratedEce(ConfidentRows(100), 10, 50, 2);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->mean, b->mean);
+  EXPECT_EQ(a->high, b->high);
+  EXPECT_NE(a->mean, c->mean);
+
+  const std::vector<float> three = {0.5f, 0.5f, 1.0f};
+  EXPECT_NE(PerfectlyCalibratedEce(three, 2).status().message().find("not rows of 2"),
+            std::string::npos);
+  EXPECT_FALSE(PerfectlyCalibratedEce({}, 2).ok());
+  EXPECT_FALSE(PerfectlyCalibratedEce(three, 0).ok());
+  EXPECT_FALSE(PerfectlyCalibratedEce(ConfidentRows(3), 10, 0).ok());
 }
 
 }  // namespace
