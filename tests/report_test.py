@@ -96,6 +96,41 @@ class ReportOfAFinishedRun(unittest.TestCase):
                                   ).fetchall()
         db.close()
 
+    def test_each_ece_comes_with_the_range_of_a_perfectly_calibrated_model(self):
+        # The raw and the calibrated ensemble's ECE, each with the 5-95% range a perfectly
+        # calibrated model with those confidences reads on the test table: drawn here again,
+        # with numpy, from the final round's prediction files.
+        import numpy as np
+        found = re.findall(r"ECE (\d\.\d{4}) \(if perfectly calibrated: (\d\.\d{4})-(\d\.\d{4})\)",
+                           self.html)
+        self.assertEqual(len(found), 2, found)
+        last = self.rounds[-1]
+        self.assertEqual(found[0][0], f"{last['test_ece']:.4f}")
+        self.assertEqual(found[1][0], f"{last['test_ece_calibrated']:.4f}")
+        db = journal(RUN)
+        paths = [row[0] for row in db.execute(
+            "SELECT json_extract(predictions_json, '$.test') FROM attempts "
+            "WHERE round = ? AND status = 'done' ORDER BY member", (last["round"],))]
+        db.close()
+        mean = np.mean([np.load(os.path.join(RUN, p)) for p in paths], axis=0)
+        confidence = mean.max(1).astype(np.float64)
+        n = len(confidence)
+        bins = np.minimum((confidence * 15).astype(int), 14)
+        rng = np.random.default_rng(0)
+        correct = rng.random((4000, n)) < confidence
+        eces = np.zeros(4000)
+        for b in np.unique(bins):
+            in_bin = bins == b
+            eces += np.abs(correct[:, in_bin].sum(1) - confidence[in_bin].sum())
+        eces /= n
+        low, high = np.percentile(eces, [5, 95])
+        page_low, page_high = float(found[0][1]), float(found[0][2])
+        self.assertLess(page_low, page_high)
+        # 200 draws on the page against 4,000 here: the percentiles agree to sampling noise.
+        self.assertAlmostEqual(page_low, low, delta=0.25 * low + 0.002)
+        self.assertAlmostEqual(page_high, high, delta=0.15 * high + 0.002)
+        self.assertIn(f"on {n} samples", self.html)
+
     def test_the_run_had_a_retry(self):
         # The run the report shows: a failed attempt and its retry, three finished rounds.
         self.assertIn(("mlp-a", 0, 1, "failed"), [tuple(a) for a in self.attempts])

@@ -257,8 +257,16 @@ void GatherReliability(const loop::RunReader& run, ReportData* out) {
   out->reliability_round = round;
   out->reliability_members = stacked->members;
   out->reliability = metrics->ensemble;
+  if (auto range = loop::PerfectlyCalibratedEce(loop::EnsembleMean(*view), view->classes);
+      range.ok()) {
+    out->reliability_ece_range = *range;
+  }
   // Fails only on a table of one row, where there is nothing to cross-fit: no second diagram.
   if (auto calibrated = loop::CrossFitEnsembleTemperature(*view, labels); calibrated.ok()) {
+    if (auto range = loop::PerfectlyCalibratedEce(calibrated->probabilities, view->classes);
+        range.ok()) {
+      out->reliability_calibrated_ece_range = *range;
+    }
     out->reliability_calibrated = std::move(*calibrated);
   }
 }

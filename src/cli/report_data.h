@@ -95,6 +95,10 @@ struct ReportData {
   // The same predictions calibrated as the loop calibrates each round (loop::
   // CrossFitEnsembleTemperature): its `calibrated` metrics are the journal's cross-fitted ones.
   std::optional<loop::CrossFittedCalibration> reliability_calibrated;
+  // The ECE a perfectly calibrated model with the confidences of `reliability`, and of
+  // `reliability_calibrated`, would read on this table (loop::PerfectlyCalibratedEce).
+  std::optional<loop::EceRange> reliability_ece_range;
+  std::optional<loop::EceRange> reliability_calibrated_ece_range;
   // Regression: every member's and the ensemble's metrics, whose `coverage` the section draws.
   std::optional<loop::EnsembleRegressionMetrics> coverage;
   std::vector<std::string> coverage_members;  // the names of coverage->members, in order

@@ -868,14 +868,30 @@ std::string ReliabilitySection(const ReportData& d) {
   }
   counts.series = {n};
   s += svg::RenderXY(counts) + "</div>";
-  s += fmt::format("<p>accuracy {:.4f}, NLL {:.4f}, Brier {:.4f}, ECE {:.4f}", m.accuracy, m.nll,
-                   m.brier, m.ece);
+  auto range = [](const std::optional<loop::EceRange>& r) {
+    return r ? fmt::format(" (if perfectly calibrated: {:.4f}-{:.4f})", r->low, r->high)
+             : std::string();
+  };
+  s += fmt::format("<p>accuracy {:.4f}, NLL {:.4f}, Brier {:.4f}, ECE {:.4f}{}", m.accuracy, m.nll,
+                   m.brier, m.ece, range(d.reliability_ece_range));
   if (d.reliability_calibrated) {
     const auto& cal = *d.reliability_calibrated;
-    s += fmt::format("; calibrated (cross-fitted): NLL {:.4f}, Brier {:.4f}, ECE {:.4f}",
-                     cal.calibrated.nll, cal.calibrated.brier, cal.calibrated.ece);
+    s += fmt::format("; calibrated (cross-fitted): NLL {:.4f}, Brier {:.4f}, ECE {:.4f}{}",
+                     cal.calibrated.nll, cal.calibrated.brier, cal.calibrated.ece,
+                     range(d.reliability_calibrated_ece_range));
   }
-  return s + "</p></section>\n";
+  s += "</p>";
+  if (d.reliability_ece_range) {
+    s += fmt::format(
+        "<p class=\"muted\" id=\"ece-resolution\">An ECE is not 0 even for a perfectly "
+        "calibrated model: on {} samples the bins' accuracies scatter around their confidences. "
+        "The ranges in brackets hold 90% of the ECEs such a model, with these confidences, reads "
+        "on this many samples (labels drawn from its own probabilities, {} times). An ECE inside "
+        "its range is as calibrated as this table can show, and two ECEs inside theirs (a "
+        "member's, say, from <code>cohort eval</code>) are not told apart by it.</p>",
+        m.count, loop::kEceRangeDraws);
+  }
+  return s + "</section>\n";
 }
 
 // ---- config

@@ -124,6 +124,30 @@ TEST(ReportHtmlTest, TheReliabilityDiagramShowsTheCalibratedEnsembleBesideTheRaw
   EXPECT_NE(h.find("calibrated (cross-fitted): NLL 0.4375"), std::string::npos);
 }
 
+TEST(ReportHtmlTest, EachEceIsShownWithTheRangeAPerfectlyCalibratedModelReads) {
+  ReportData d = OneRound();
+  d.reliability_round = 0;
+  d.reliability_members = 2;
+  d.reliability = TwoBins(0.125, 0.4, 0.8);
+  std::string h = RenderReportHtml(d);
+  // Without the ranges (none gathered): no brackets, no sentence.
+  EXPECT_EQ(h.find("if perfectly calibrated"), std::string::npos);
+  EXPECT_EQ(h.find("ece-resolution"), std::string::npos);
+
+  d.reliability_ece_range = loop::EceRange{0.05, 0.03, 0.0625};
+  loop::CrossFittedCalibration cal;
+  cal.calibrated = TwoBins(0.0625, 0.55, 0.875);
+  d.reliability_calibrated = cal;
+  d.reliability_calibrated_ece_range = loop::EceRange{0.04, 0.0234375, 0.0546875};
+  h = RenderReportHtml(d);
+  EXPECT_NE(h.find("ECE 0.1250 (if perfectly calibrated: 0.0300-0.0625)"), std::string::npos);
+  EXPECT_NE(h.find("ECE 0.0625 (if perfectly calibrated: 0.0234-0.0547)"), std::string::npos);
+  const size_t sentence = h.find("id=\"ece-resolution\"");
+  ASSERT_NE(sentence, std::string::npos);
+  EXPECT_NE(h.find("on 40 samples", sentence), std::string::npos);
+  EXPECT_NE(h.find("200 times", sentence), std::string::npos);
+}
+
 // OneRound as a regression run: regression metrics, no classes, the coverage of its intervals.
 ReportData OneRegressionRound() {
   ReportData d = OneRound();

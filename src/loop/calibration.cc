@@ -56,21 +56,6 @@ double FitTemperature(const std::vector<double>& log_mean, const std::vector<int
   return std::exp(-u);
 }
 
-// The members' mean in float32, as `cohort predict` writes it and ApplyTemperature then reads it.
-std::vector<float> EnsembleMean(const EnsemblePredictions& p) {
-  const int64_t C = p.classes;
-  std::vector<float> mean(static_cast<size_t>(p.samples * C));
-  const double inv_m = 1.0 / static_cast<double>(p.members);
-  for (int64_t i = 0; i < p.samples; i++) {
-    for (int64_t c = 0; c < C; c++) {
-      double sum = 0;
-      for (int64_t m = 0; m < p.members; m++) sum += p.row(m, i)[c];
-      mean[i * C + c] = static_cast<float>(sum * inv_m);
-    }
-  }
-  return mean;
-}
-
 std::vector<double> LogOf(std::span<const float> mean) {
   std::vector<double> log_mean(mean.size());
   for (size_t j = 0; j < mean.size(); j++) {
@@ -90,6 +75,20 @@ Result<ClassificationMetrics> MetricsOf(const std::vector<float>& probabilities,
 }
 
 }  // namespace
+
+std::vector<float> EnsembleMean(const EnsemblePredictions& p) {
+  const int64_t C = p.classes;
+  std::vector<float> mean(static_cast<size_t>(p.samples * C));
+  const double inv_m = 1.0 / static_cast<double>(p.members);
+  for (int64_t i = 0; i < p.samples; i++) {
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0;
+      for (int64_t m = 0; m < p.members; m++) sum += p.row(m, i)[c];
+      mean[i * C + c] = static_cast<float>(sum * inv_m);
+    }
+  }
+  return mean;
+}
 
 bool ValidTemperature(double temperature) { return std::isfinite(temperature) && temperature > 0; }
 
@@ -177,6 +176,7 @@ Result<CrossFittedCalibration> CrossFitEnsembleTemperature(const EnsemblePredict
     }
   }
   COHORT_ASSIGN_OR_RETURN(out.calibrated, MetricsOf(calibrated, C, labels));
+  out.probabilities = std::move(calibrated);
   return out;
 }
 

@@ -43,6 +43,10 @@ struct TemperatureFit {
 Result<std::vector<float>> ApplyTemperature(std::span<const float> probabilities, int64_t classes,
                                             double temperature);
 
+// The members' mean probabilities in float32 (samples x classes), as `cohort predict` writes
+// them and ApplyTemperature reads them. `predictions` must be valid (ValidatePredictions).
+std::vector<float> EnsembleMean(const EnsemblePredictions& predictions);
+
 // Fits the temperature of the ensemble mean of `predictions` against `labels` (one per sample,
 // in [0, classes)). Errors: those of ComputeEnsembleMetrics (invalid predictions, a label count
 // that is not the sample count, a label out of range), no samples.
@@ -60,6 +64,8 @@ struct CrossFittedCalibration {
                                                      // even; and the other way round
   ClassificationMetrics raw;                         // the ensemble mean, uncalibrated
   ClassificationMetrics calibrated;                  // cross-fitted, as above
+  std::vector<float>
+      probabilities;  // the cross-fitted rows `calibrated` scores (samples x classes)
 };
 
 // Errors: those of FitEnsembleTemperature, fewer than 2 samples.

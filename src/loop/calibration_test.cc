@@ -112,6 +112,18 @@ std::vector<int64_t> LabelsOfParity(const std::vector<int64_t>& labels, size_t p
   return out;
 }
 
+TEST(CalibrationTest, EnsembleMeanIsTheMembersMeanInFloat32) {
+  // Two members, two rows of three classes: member-major, as MakeEnsemblePredictions takes.
+  const std::vector<float> data = {0.5f, 0.25f, 0.25f, 0.1f, 0.1f, 0.8f,
+                                   0.1f, 0.6f,  0.3f,  0.3f, 0.3f, 0.4f};
+  auto view = MakeEnsemblePredictions(data, 2, 2, 3);
+  ASSERT_TRUE(view.ok());
+  const std::vector<float> mean = EnsembleMean(*view);
+  const std::vector<float> want = {0.3f, 0.425f, 0.275f, 0.2f, 0.2f, 0.6f};
+  ASSERT_EQ(mean.size(), want.size());
+  for (size_t j = 0; j < want.size(); j++) EXPECT_FLOAT_EQ(mean[j], want[j]) << j;
+}
+
 TEST(CalibrationTest, CrossFitScoresEachHalfAtTheOtherHalfsTemperature) {
   Synthetic s(3001, 5, 0.6, 4);  // identical members: the mean is member 0
   auto cross = CrossFitEnsembleTemperature(s.view, s.labels);
@@ -144,6 +156,7 @@ TEST(CalibrationTest, CrossFitScoresEachHalfAtTheOtherHalfsTemperature) {
   ASSERT_TRUE(want.ok());
   EXPECT_DOUBLE_EQ(cross->calibrated.nll, want->ensemble.nll);
   EXPECT_DOUBLE_EQ(cross->calibrated.ece, want->ensemble.ece);
+  EXPECT_EQ(cross->probabilities, calibrated);  // the rows it scored, returned
   EXPECT_EQ(cross->calibrated.accuracy, cross->raw.accuracy);
   // Under-confident members (sharpness 0.6): calibrated, the table's NLL and ECE fall.
   EXPECT_LT(cross->temperature, 0.8);
