@@ -64,8 +64,8 @@ struct CrossFittedCalibration {
                                                      // even; and the other way round
   ClassificationMetrics raw;                         // the ensemble mean, uncalibrated
   ClassificationMetrics calibrated;                  // cross-fitted, as above
-  std::vector<float>
-      probabilities;  // the cross-fitted rows `calibrated` scores (samples x classes)
+  // The cross-fitted rows that `calibrated` scores (samples x classes).
+  std::vector<float> probabilities;
 };
 
 // Errors: those of FitEnsembleTemperature, fewer than 2 samples.
