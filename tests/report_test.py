@@ -131,6 +131,49 @@ class ReportOfAFinishedRun(unittest.TestCase):
         self.assertAlmostEqual(page_high, high, delta=0.15 * high + 0.002)
         self.assertIn(f"on {n} samples", self.html)
 
+    def test_the_final_ensemble_is_compared_with_each_member(self):
+        # The table under the reliability diagrams: the ensemble, raw and calibrated, and each
+        # member alone on the same test rows, whose NLL and ECE are those the loop journalled
+        # for that member in the final round; the sentence under it counts the members the
+        # ensemble beats and names the others.
+        table = re.search(r'<table id="ensemble-vs-members">(.*?)</table>', self.html)
+        self.assertIsNotNone(table)
+        rows = {}
+        for cells in re.findall(r"<tr>(<td>.*?)</tr>", table.group(1)):
+            tds = re.findall(r"<td>(.*?)</td>", cells)
+            rows[tds[0]] = tds[1:]
+        last = self.rounds[-1]
+        self.assertEqual(rows["ensemble (mean)"][0], f"{last[1]:.4f}")
+        self.assertEqual(rows["ensemble (mean)"][1], f"{last[2]:.4f}")
+        self.assertEqual(rows["ensemble (mean)"][3], f"{last[3]:.4f}")
+        calibrated = rows["ensemble, calibrated (cross-fitted)"]
+        self.assertEqual(calibrated[1], f"{last[5]:.4f}")
+        self.assertEqual(calibrated[3], f"{last[6]:.4f}")
+        db = journal(RUN)
+        metrics = {}
+        for member, metric, value in db.execute(
+                "SELECT member, metric, value FROM member_metrics WHERE round = ?", (last[0],)):
+            metrics.setdefault(member, {})[metric] = value
+        db.close()
+        members = sorted(name for name in rows if not name.startswith("ensemble"))
+        self.assertEqual(members, sorted(metrics))
+        for name in members:
+            self.assertEqual(rows[name][0], f"{metrics[name]['accuracy']:.4f}", name)
+            self.assertEqual(rows[name][1], f"{metrics[name]['nll']:.4f}", name)
+            self.assertEqual(rows[name][3], f"{metrics[name]['ece']:.4f}", name)
+            self.assertRegex(rows[name][4], r"^0\.\d{4} \(0\.\d{4}-0\.\d{4}\)$")
+        nll_below = sum(last[5] < metrics[m]["nll"] for m in members)
+        ece_not_below = sorted(m for m in members if not last[6] < metrics[m]["ece"])
+        summary = re.search(r'<p id="ensemble-vs-members-summary">(.*?)</p>', self.html).group(1)
+        n = len(members)
+
+        def below(k):
+            return f"below every member's ({n})" if k == n else f"below {k} of the {n} members'"
+        self.assertIn(f"NLL {last[5]:.4f}, {below(nll_below)}; "
+                      f"ECE {last[6]:.4f}, {below(n - len(ece_not_below))}.", summary)
+        for m in ece_not_below:
+            self.assertIn(f" {m} reads ECE {metrics[m]['ece']:.4f}, ", summary)
+
     def test_the_run_had_a_retry(self):
         # The run the report shows: a failed attempt and its retry, three finished rounds.
         self.assertIn(("mlp-a", 0, 1, "failed"), [tuple(a) for a in self.attempts])

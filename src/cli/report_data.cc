@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "cli/png.h"
 #include "common/time_text.h"
@@ -257,6 +258,18 @@ void GatherReliability(const loop::RunReader& run, ReportData* out) {
   out->reliability_round = round;
   out->reliability_members = stacked->members;
   out->reliability = metrics->ensemble;
+  for (size_t i = 0; i < metrics->members.size(); i++) {
+    const size_t index = stacked->member_index[i];
+    ReportMemberReliability member;
+    member.name = index < out->members.size() ? out->members[index] : std::to_string(index);
+    member.metrics = std::move(metrics->members[i]);
+    const std::span<const float> probabilities(view->row(static_cast<int64_t>(i), 0),
+                                               static_cast<size_t>(view->samples * view->classes));
+    if (auto range = loop::PerfectlyCalibratedEce(probabilities, view->classes); range.ok()) {
+      member.ece_range = *range;
+    }
+    out->reliability_by_member.push_back(std::move(member));
+  }
   if (auto range = loop::PerfectlyCalibratedEce(loop::EnsembleMean(*view), view->classes);
       range.ok()) {
     out->reliability_ece_range = *range;

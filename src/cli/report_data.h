@@ -63,6 +63,13 @@ struct ReportGeneration {
   std::map<std::string, uint64_t> rows;  // per table
 };
 
+// One member of the final ensemble alone on the test rows the reliability section scores.
+struct ReportMemberReliability {
+  std::string name;
+  loop::ClassificationMetrics metrics;
+  std::optional<loop::EceRange> ece_range;  // loop::PerfectlyCalibratedEce of its predictions
+};
+
 struct ReportData {
   std::string run_dir;
   std::string name;
@@ -99,6 +106,8 @@ struct ReportData {
   // `reliability_calibrated`, would read on this table (loop::PerfectlyCalibratedEce).
   std::optional<loop::EceRange> reliability_ece_range;
   std::optional<loop::EceRange> reliability_calibrated_ece_range;
+  // Each of those members alone on the same rows, in the order of their prediction files.
+  std::vector<ReportMemberReliability> reliability_by_member;
   // Regression: every member's and the ensemble's metrics, whose `coverage` the section draws.
   std::optional<loop::EnsembleRegressionMetrics> coverage;
   std::vector<std::string> coverage_members;  // the names of coverage->members, in order

@@ -813,6 +813,71 @@ std::string ReliabilityChart(const std::string& id, const std::string& title,
   return svg::RenderXY(c);
 }
 
+// The final ensemble beside each of its members on the same test rows: the table of every
+// metric, and a sentence on whether the ensemble's NLL and ECE (calibrated where the loop
+// calibrates) are below every member's, naming each member that does better and where its ECE
+// lies against the range a perfectly calibrated model would read.
+std::string EnsembleAgainstMembers(const ReportData& d) {
+  if (d.reliability_by_member.empty()) return "";
+  auto range = [](const std::optional<loop::EceRange>& r) {
+    return r ? fmt::format("{:.4f} ({:.4f}-{:.4f})", r->mean, r->low, r->high)
+             : std::string("&ndash;");
+  };
+  auto row = [&](const std::string& name, const loop::ClassificationMetrics& m,
+                 const std::optional<loop::EceRange>& r) {
+    return fmt::format(
+        "<tr><td>{}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{:.4f}</td><td>{}</td>"
+        "</tr>",
+        name, m.accuracy, m.nll, m.brier, m.ece, range(r));
+  };
+  std::string s =
+      "<table id=\"ensemble-vs-members\"><tr><th>model</th><th>accuracy</th><th>NLL</th>"
+      "<th>Brier</th><th>ECE</th><th>ECE if perfectly calibrated: mean (5-95%)</th></tr>";
+  s += row("ensemble (mean)", *d.reliability, d.reliability_ece_range);
+  if (d.reliability_calibrated) {
+    s += row("ensemble, calibrated (cross-fitted)", d.reliability_calibrated->calibrated,
+             d.reliability_calibrated_ece_range);
+  }
+  for (const auto& member : d.reliability_by_member) {
+    s += row(Escape(member.name), member.metrics, member.ece_range);
+  }
+  s += "</table>";
+
+  const bool calibrated = d.reliability_calibrated.has_value();
+  const loop::ClassificationMetrics& ensemble =
+      calibrated ? d.reliability_calibrated->calibrated : *d.reliability;
+  const size_t n = d.reliability_by_member.size();
+  size_t nll_below = 0;
+  std::vector<const ReportMemberReliability*> lower_ece;
+  for (const auto& member : d.reliability_by_member) {
+    if (ensemble.nll < member.metrics.nll) nll_below++;
+    if (!(ensemble.ece < member.metrics.ece)) lower_ece.push_back(&member);
+  }
+  auto below = [n](size_t k) {
+    return k == n ? fmt::format("below every member's ({})", n)
+                  : fmt::format("below {} of the {} members'", k, n);
+  };
+  s += fmt::format(
+      "<p id=\"ensemble-vs-members-summary\">The ensemble{}: NLL {:.4f}, {}; ECE {:.4f}, {}.",
+      calibrated ? ", calibrated" : "", ensemble.nll, below(nll_below), ensemble.ece,
+      below(n - lower_ece.size()));
+  for (const ReportMemberReliability* member : lower_ece) {
+    std::string where;
+    if (member->ece_range) {
+      const loop::EceRange& r = *member->ece_range;
+      where = member->metrics.ece < r.low    ? "below"
+              : member->metrics.ece > r.high ? "above"
+                                             : "inside";
+      where = fmt::format(
+          ", {} the {:.4f}-{:.4f} a perfectly calibrated model with its "
+          "confidences reads",
+          where, r.low, r.high);
+    }
+    s += fmt::format(" {} reads ECE {:.4f}{}.", Escape(member->name), member->metrics.ece, where);
+  }
+  return s + "</p>";
+}
+
 std::string ReliabilitySection(const ReportData& d) {
   if (d.coverage) return CoverageSection(d);
   std::string s = "<section id=\"reliability\"><h2>Reliability of the final ensemble</h2>";
@@ -880,15 +945,15 @@ std::string ReliabilitySection(const ReportData& d) {
                      cal.calibrated.nll, cal.calibrated.brier, cal.calibrated.ece,
                      range(d.reliability_calibrated_ece_range));
   }
-  s += "</p>";
+  s += "</p>" + EnsembleAgainstMembers(d);
   if (d.reliability_ece_range) {
     s += fmt::format(
         "<p class=\"muted\" id=\"ece-resolution\">An ECE is not 0 even for a perfectly "
         "calibrated model: on {} samples the bins' accuracies scatter around their confidences. "
         "The ranges in brackets hold 90% of the ECEs such a model, with these confidences, reads "
         "on this many samples (labels drawn from its own probabilities, {} times). An ECE inside "
-        "its range is as calibrated as this table can show, and two ECEs inside theirs (a "
-        "member's, say, from <code>cohort eval</code>) are not told apart by it.</p>",
+        "its range is as calibrated as this table can show, and two ECEs inside theirs (the "
+        "ensemble's and a member's in the table above, say) are not told apart by it.</p>",
         m.count, loop::kEceRangeDraws);
   }
   return s + "</section>\n";

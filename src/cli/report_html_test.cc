@@ -148,6 +148,55 @@ TEST(ReportHtmlTest, EachEceIsShownWithTheRangeAPerfectlyCalibratedModelReads) {
   EXPECT_NE(h.find("200 times", sentence), std::string::npos);
 }
 
+TEST(ReportHtmlTest, TheFinalEnsembleIsComparedWithEachMemberOnTheSameRows) {
+  ReportData d = OneRound();
+  d.reliability_round = 0;
+  d.reliability_members = 2;
+  d.reliability = TwoBins(0.125, 0.4, 0.8);
+  std::string h = RenderReportHtml(d);
+  EXPECT_EQ(h.find("ensemble-vs-members"), std::string::npos);  // no members gathered
+
+  ReportMemberReliability a{.name = "a<1>",
+                            .metrics = TwoBins(0.25, 0.3, 0.7),
+                            .ece_range = loop::EceRange{0.05, 0.03, 0.0625}};
+  a.metrics.nll = 0.625;
+  ReportMemberReliability b{
+      .name = "b", .metrics = TwoBins(0.0625, 0.5, 0.9), .ece_range = std::nullopt};
+  b.metrics.nll = 0.4375;
+  d.reliability_by_member = {a, b};
+  h = RenderReportHtml(d);
+  const size_t table = h.find("id=\"ensemble-vs-members\"");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_NE(h.find("<td>a&lt;1&gt;</td><td>0.7500</td><td>0.6250</td><td>0.3000</td>"
+                   "<td>0.2500</td><td>0.0500 (0.0300-0.0625)</td>",
+                   table),
+            std::string::npos);
+  EXPECT_NE(h.find("<td>b</td><td>0.7500</td><td>0.4375</td><td>0.3000</td><td>0.0625</td>"
+                   "<td>&ndash;</td>",
+                   table),
+            std::string::npos);
+  // Uncalibrated: the raw ensemble (NLL 0.5, ECE 0.125) against a (0.625, 0.25) and b (0.4375,
+  // 0.0625): below one member of two on each, b named with no range gathered for it.
+  EXPECT_NE(h.find("The ensemble: NLL 0.5000, below 1 of the 2 members'; ECE 0.1250, below 1 of "
+                   "the 2 members'. b reads ECE 0.0625.</p>"),
+            std::string::npos);
+
+  // Calibrated, the comparison is the cross-fitted ensemble's; a member at or under its ECE is
+  // named with where its own ECE lies against its range.
+  loop::CrossFittedCalibration cal;
+  cal.calibrated = TwoBins(0.03125, 0.55, 0.875);
+  cal.calibrated.nll = 0.375;
+  d.reliability_calibrated = cal;
+  d.reliability_by_member[0].metrics.ece = 0.015625;
+  h = RenderReportHtml(d);
+  EXPECT_NE(h.find("<td>ensemble, calibrated (cross-fitted)</td><td>0.7500</td><td>0.3750</td>"),
+            std::string::npos);
+  EXPECT_NE(h.find("The ensemble, calibrated: NLL 0.3750, below every member's (2); ECE 0.0312, "
+                   "below 1 of the 2 members'. a&lt;1&gt; reads ECE 0.0156, below the "
+                   "0.0300-0.0625 a perfectly calibrated model with its confidences reads.</p>"),
+            std::string::npos);
+}
+
 // OneRound as a regression run: regression metrics, no classes, the coverage of its intervals.
 ReportData OneRegressionRound() {
   ReportData d = OneRound();
