@@ -5,14 +5,17 @@
 Trains two of the example's members for one epoch on the 60,000 Fashion-MNIST training images
 (`mlp-256-relu` and `cnn-32-elu`, with `cohort train`), then asks one long-lived worker
 (`cohort-member worker --threads T`, the process the loop runs) to predict the 60,000 images
-with each member in three variants, interleaved, --repeats times: fp32 with the dense layers
-through the BLAS (a worker with COHORT_ONEDNN=off), fp32 through oneDNN (the default) and bf16
-(`"precision"` of the predict command). Prints the medians of the worker's own timing (uint8
+with each member in up to four variants (--variants), interleaved, --repeats times: the
+network's own fp32 forward, dense layers through the BLAS (`fp32-blas`, a worker with
+COHORT_ONEDNN=off), the default fp32 plan (`fp32`: dense layers through oneDNN on a CPU with
+AVX-512, the BLAS elsewhere; docs/models.md), the plan with oneDNN dense layers on any CPU
+(`fp32-onednn`, COHORT_ONEDNN=on) and bf16 (`"precision"` of the predict command). Prints the medians of the worker's own timing (uint8
 rows in, probabilities written out): rows/s, for the MLP its GFLOPS-equivalent (2 x rows x
 weights of its dense layers per second), the speed-up over the BLAS variant, and how many rows
 keep the predicted class the BLAS variant gave them.
 
   bench/pool_pass_bench.py [--repeats 5] [--threads 1] [--cohort BUILD/src/cli/cohort]
+  bench/pool_pass_bench.py --variants fp32,fp32-onednn   # fp32-blas always runs
   bench/pool_pass_bench.py --quick     # smoke: 2,000 rows, one repeat
 
 Figures are printed, never asserted. Run it on an otherwise idle machine.
@@ -77,6 +80,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    ap.add_argument("--variants", default="fp32-blas,fp32,fp32-onednn,bf16",
+                    help="comma-separated subset of fp32-blas, fp32, fp32-onednn, bf16 "
+                         "(fp32-blas is always run: the others are compared with it)")
     a = ap.parse_args()
     cohort = executable(a.cohort)
     member_binary = executable(os.path.join(os.path.dirname(cohort), "cohort-member"))
@@ -88,14 +94,23 @@ def main():
     build_store(cohort, store, rows, 0, 500, reuse=True)
     generation = json.loads(run([cohort, "data", "info", store, "--json"]).stdout)["generation"]
 
-    # variant -> (worker, precision): fp32 through the BLAS (COHORT_ONEDNN=off), fp32 with the
-    # dense layers through oneDNN (the default), bf16 autocast.
+    # variant -> (worker, precision): the network's own forward (COHORT_ONEDNN=off: dense layers
+    # through the BLAS), the default plan (docs/models.md: dense layers in oneDNN on a CPU with
+    # AVX-512, through the BLAS elsewhere), the plan with oneDNN dense layers on any CPU
+    # (COHORT_ONEDNN=on), bf16.
     plain = Worker(member_binary, a.threads)
     blas = Worker(member_binary, a.threads, {"COHORT_ONEDNN": "off"})
-    variants = {"fp32-blas": (blas, "fp32"), "fp32": (plain, "fp32"), "bf16": (plain, "bf16")}
+    onednn = Worker(member_binary, a.threads, {"COHORT_ONEDNN": "on"})
+    every = {"fp32-blas": (blas, "fp32"), "fp32": (plain, "fp32"),
+             "fp32-onednn": (onednn, "fp32"), "bf16": (plain, "bf16")}
+    chosen = {"fp32-blas"} | set(a.variants.split(","))
+    unknown = chosen - set(every)
+    if unknown:
+        raise BenchError(f"--variants: unknown {', '.join(sorted(unknown))}")
+    variants = {name: v for name, v in every.items() if name in chosen}
     print(f"{rows} rows of 28x28 uint8, 1 member at a time, {a.threads} thread(s), "
           f"median of {repeats}")
-    print(f"{'member':<14} {'variant':<9} {'seconds':>8} {'rows/s':>9} {'GFLOPS-eq':>9} "
+    print(f"{'member':<14} {'variant':<11} {'seconds':>8} {'rows/s':>9} {'GFLOPS-eq':>9} "
           f"{'speed-up':>8} {'same class':>10}")
     try:
         for name, (spec, macs) in MEMBERS.items():
@@ -122,11 +137,12 @@ def main():
                               reference).mean())
                 s = statistics.median(seconds[variant])
                 gflops = f"{2 * rows * macs / s / 1e9:9.1f}" if macs else f"{'-':>9}"
-                print(f"{name:<14} {variant:<9} {s:>8.3f} {rows / s:>9.0f} {gflops} "
+                print(f"{name:<14} {variant:<11} {s:>8.3f} {rows / s:>9.0f} {gflops} "
                       f"{base / s:>7.2f}x {same:>10.4f}")
     finally:
         plain.close()
         blas.close()
+        onednn.close()
     return 0
 
 

@@ -67,6 +67,7 @@ Status RunTrain(const MemberOptions& o) {
         {"samples_per_second", r.seconds > 0 ? static_cast<double>(r.samples) / r.seconds : 0},
         {"parameters", r.parameters},
         {"resident_data", r.resident_data},
+        {"onednn_dense", r.onednn_dense},
         {"step_times",
          {{"data", r.step_times.data},
           {"forward", r.step_times.forward},

@@ -22,6 +22,7 @@
 #include "loop/ensemble_metrics.h"
 #include "loop/journal.h"
 #include "loop/local_process_host.h"
+#include "loop/precision_note.h"
 #include "loop/predictions.h"
 #include "loop/regression.h"
 #include "loop/resume_plan.h"
@@ -355,6 +356,9 @@ Status Controller::OpenRunDirectory() {
         lock.status().message()));
   }
   store_lock_ = std::move(*lock);
+  if (auto note = EmulatedBf16Note(config_, CpuHasBf16Kernels())) {
+    display_->Note("warning: " + *note);
+  }
   COHORT_RETURN_IF_ERROR(run_.journal->SetRunStatus(run_.run.id, RunStatus::kRunning));
   COHORT_ASSIGN_OR_RETURN(
       auto first,

@@ -156,7 +156,7 @@ json AttemptMetrics(const json& done, bool script, double predict_seconds, doubl
     }
   }
   for (const char* key : {"seconds", "samples", "best_epoch", "stopped_early", "parameters",
-                          "resident_data", "step_times"}) {
+                          "resident_data", "onednn_dense", "step_times"}) {
     if (done.contains(key)) metrics[key] = done[key];
   }
   metrics["predict_seconds"] = predict_seconds;

@@ -66,6 +66,9 @@ struct TrainResult {
   // The batches were gathered on the device from a resident copy of the table
   // (device_table.h), not on the host.
   bool resident_data = false;
+  // Dense layers of at least kOneDnnLinearMinMultiplyAdds trained through oneDNN
+  // (model/onednn_linear.h), not the BLAS sgemm.
+  bool onednn_dense = false;
   std::string checkpoint;
 };
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 
+#include "model/onednn_linear.h"
 #include "store/import.h"
 #include "store/npy.h"
 #include "store/store.h"
@@ -279,6 +280,32 @@ class ResidentData {
   ResidentData(const ResidentData&) = delete;
   ResidentData& operator=(const ResidentData&) = delete;
 };
+
+// Training's dense layers go through oneDNN where the CPU gains from it (AVX-512: model/
+// onednn_linear.h), on any CPU with COHORT_ONEDNN=on, and never with "off" or for a bf16 member.
+TEST(MemberTest, DenseLayersTrainThroughOneDnnWhereTheCpuGainsFromIt) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "this libtorch has no oneDNN";
+  std::string dir = Scratch("onednn-dense");
+  auto snap = Open(FashionStore());
+  TrainConfig c = MlpConfig(1, 5);
+  std::map<std::string, bool> used;
+  for (const char* mode : {"auto", "on", "off"}) {
+    ::setenv("COHORT_ONEDNN", mode, 1);
+    auto r = Train(*snap, "train", c, dir + "/" + mode + ".ckpt");
+    ::unsetenv("COHORT_ONEDNN");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    used[mode] = r->onednn_dense;
+  }
+  EXPECT_EQ(used["auto"], OneDnnLinearPaysOnThisCpu());
+  EXPECT_TRUE(used["on"]);
+  EXPECT_FALSE(used["off"]);
+  c.precision = "bf16";
+  ::setenv("COHORT_ONEDNN", "on", 1);
+  auto bf16 = Train(*snap, "train", c, dir + "/bf16.ckpt");
+  ::unsetenv("COHORT_ONEDNN");
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_FALSE(bf16->onednn_dense);
+}
 
 TEST(MemberTest, ResidentDataTrainsAndPredictsBitForBitLikeTheHostPipeline) {
   std::string dir = Scratch("resident");

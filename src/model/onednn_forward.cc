@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "model/dropout.h"
+#include "model/onednn_linear.h"
 #include "model/pool.h"
 #include "model/torch_compat.h"
 
@@ -122,12 +123,18 @@ const Pool2dImpl* MaxPoolAfter(const std::vector<torch::nn::AnyModule>& layers, 
 
 }  // namespace
 
-Result<bool> OneDnnEnabledFromEnv() {
+Result<OneDnnMode> OneDnnModeFromEnv() {
   const char* value = std::getenv("COHORT_ONEDNN");
   const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "auto" || text == "on") return true;
-  if (text == "off") return false;
+  if (text.empty() || text == "auto") return OneDnnMode::kAuto;
+  if (text == "on") return OneDnnMode::kOn;
+  if (text == "off") return OneDnnMode::kOff;
   return Status::InvalidArgument("COHORT_ONEDNN='" + text + "': expected auto, on or off");
+}
+
+Result<bool> OneDnnEnabledFromEnv() {
+  COHORT_ASSIGN_OR_RETURN(const OneDnnMode mode, OneDnnModeFromEnv());
+  return mode != OneDnnMode::kOff;
 }
 
 Result<bool> OneDnnUsableOn(const torch::Device& device) {
@@ -161,6 +168,10 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
   torch::NoGradGuard no_grad;
   OneDnnForward plan(net);
   plan.dtype_ = bf16 ? torch::kBFloat16 : torch::kFloat;
+  // fp32 dense layers through oneDNN where it beats the sgemm (model/onednn_linear.h: AVX-512),
+  // through the sgemm (with the same folding) elsewhere; bf16 ones need oneDNN.
+  COHORT_ASSIGN_OR_RETURN(const OneDnnMode mode, OneDnnModeFromEnv());
+  plan.onednn_dense_ = bf16 || mode == OneDnnMode::kOn || OneDnnLinearPaysOnThisCpu();
   bool any_dense = false;
   bool only_flattened = true;  // no layer but flatten (or dropout) before this one
   const std::vector<torch::nn::AnyModule> layers(net->layers()->begin(), net->layers()->end());
@@ -196,8 +207,12 @@ Result<std::optional<OneDnnForward>> OneDnnForward::For(Network& net, const torc
         plan.folded_batch_norms_++;
         i++;
       }
-      step.weight = weight.to(plan.dtype_).contiguous().to_mkldnn();
-      step.bias = bias.to(plan.dtype_).contiguous().to_mkldnn();
+      step.weight = weight.to(plan.dtype_).contiguous();
+      step.bias = bias.to(plan.dtype_).contiguous();
+      if (plan.onednn_dense_) {
+        step.weight = step.weight.to_mkldnn();
+        step.bias = step.bias.to_mkldnn();
+      }
       any_dense = true;
       only_flattened = false;
     } else if (module->as<Dropout>() != nullptr) {
@@ -265,7 +280,11 @@ torch::Tensor OneDnnForward::forward(torch::Tensor x) {
   if (net.add_channel()) x = x.unsqueeze(1);
   bool onednn_format = false;
   for (Step& step : steps_) {
-    if (step.weight.defined()) {
+    if (step.weight.defined() && !onednn_dense_) {
+      if (onednn_format) x = x.to_dense();
+      onednn_format = false;
+      x = torch::nn::functional::linear(x.to(dtype_), step.weight, step.bias);
+    } else if (step.weight.defined()) {
       if (!onednn_format) x = x.to(dtype_).contiguous().to_mkldnn();
       onednn_format = true;
       x = at::mkldnn_linear(x, step.weight, step.bias);

@@ -1,6 +1,8 @@
 // OneDnnForward: a Network's forward for fp32 prediction passes on the CPU, with its dense
 // layers computed by oneDNN's inner product (inside libtorch, `mkldnn_linear`) instead of the
-// BLAS sgemm (internal to src/model).
+// BLAS sgemm where the CPU has AVX-512 (onednn_dense(); on AVX2-only CPUs the sgemm won, see
+// model/onednn_linear.h), and its convolutions and max-pools fused in oneDNN (internal to
+// src/model).
 //
 // Why: the environment pins OpenBLAS to its AVX2 kernels (older builds compute wrong results on
 // these CPUs, ../shared/NOTES.md), while oneDNN picks the CPU's widest instructions itself
@@ -38,7 +40,8 @@
 // Used by prediction passes (RunOver) on the CPU, except MC-dropout passes (dropout runs in the
 // network's modules) and where oneDNN is unavailable; `COHORT_ONEDNN=off` in the environment
 // turns it off (`on`/`auto`, the default, leave it on; anything else is refused), and with it the
-// training path's oneDNN dense layers (model/onednn_linear.h). Training and validation keep the
+// training path's oneDNN dense layers (model/onednn_linear.h), which `auto` takes only on CPUs
+// where they pay and `on` on any. Training and validation keep the
 // network's forward.
 //
 // Thread-safety: one thread at a time, like the network it reads.
@@ -55,7 +58,13 @@
 
 namespace cohort::model {
 
-// COHORT_ONEDNN: true unless "off"; an error naming the variable for another value.
+// COHORT_ONEDNN: unset or "auto" (oneDNN where it pays), "on" (wherever it is usable, even where
+// measurements say it loses: model/onednn_linear.h) or "off"; an error naming the variable for
+// another value.
+enum class OneDnnMode { kAuto, kOn, kOff };
+Result<OneDnnMode> OneDnnModeFromEnv();
+
+// COHORT_ONEDNN: true unless "off"; errors as OneDnnModeFromEnv.
 Result<bool> OneDnnEnabledFromEnv();
 
 // Whether work on `device` may go through oneDNN at all: COHORT_ONEDNN allows it (errors as
@@ -89,6 +98,11 @@ class OneDnnForward {
   // Whether this CPU runs oneDNN's bf16 inner product (checked once).
   static bool CpuHasBf16();
 
+  // Whether the dense layers run in oneDNN (bf16 plans; fp32 ones where that pays: on a CPU
+  // with AVX-512, or with COHORT_ONEDNN=on) or through the sgemm on ordinary tensors, with the
+  // same folding of the standardisation, the uint8 scale and batch norms.
+  bool onednn_dense() const { return onednn_dense_; }
+
  private:
   struct Step {
     torch::nn::AnyModule module;  // the network's own layer, when not a dense one
@@ -109,6 +123,7 @@ class OneDnnForward {
   torch::ScalarType dtype_ = torch::kFloat;  // of the dense layers
   bool standardization_folded_ = false;      // into the first dense layer's weights
   bool raw_scale_folded_ = false;            // the uint8 scale, there too
+  bool onednn_dense_ = true;                 // dense layers in oneDNN, else the sgemm
   int folded_batch_norms_ = 0;
   int fused_max_pools_ = 0;
 };

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "model/onednn_linear.h"
 #include "model/precision.h"
 
 namespace cohort::model {
@@ -35,17 +37,24 @@ class ScopedEnv {
   const char* name_;
 };
 
+// Both ways a plan runs its dense layers: as this CPU has it (COHORT_ONEDNN unset: oneDNN on
+// AVX-512, the sgemm elsewhere) and in oneDNN whatever the CPU (COHORT_ONEDNN=on).
 void ExpectCloseAndRepeatable(Network& net, const torch::Tensor& x) {
   torch::NoGradGuard no_grad;
-  auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", /*sample_dropout=*/false);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  ASSERT_TRUE(plan->has_value()) << "no oneDNN plan (is oneDNN in this libtorch?)";
-  torch::Tensor want = net->forward(x);
-  torch::Tensor got = (*plan)->forward(x);
-  ASSERT_EQ(want.sizes(), got.sizes());
-  EXPECT_TRUE(torch::allclose(want, got, /*rtol=*/1e-4, /*atol=*/1e-5))
-      << "largest difference " << (want - got).abs().max().item<float>();
-  EXPECT_TRUE(torch::equal(got, (*plan)->forward(x))) << "a second pass gave other bits";
+  for (bool forced : {false, true}) {
+    std::optional<ScopedEnv> on;
+    if (forced) on.emplace("COHORT_ONEDNN", "on");
+    auto plan = OneDnnForward::For(net, torch::kCPU, "fp32", /*sample_dropout=*/false);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_TRUE(plan->has_value()) << "no oneDNN plan (is oneDNN in this libtorch?)";
+    EXPECT_EQ((*plan)->onednn_dense(), forced || OneDnnLinearPaysOnThisCpu());
+    torch::Tensor want = net->forward(x);
+    torch::Tensor got = (*plan)->forward(x);
+    ASSERT_EQ(want.sizes(), got.sizes());
+    EXPECT_TRUE(torch::allclose(want, got, /*rtol=*/1e-4, /*atol=*/1e-5))
+        << "largest difference " << (want - got).abs().max().item<float>() << " forced " << forced;
+    EXPECT_TRUE(torch::equal(got, (*plan)->forward(x))) << "a second pass gave other bits";
+  }
 }
 
 TEST(OneDnnForwardTest, MlpWithStandardisationReluAndDropout) {
@@ -254,6 +263,23 @@ TEST(OneDnnForwardTest, OneDnnIsUsableOnlyOnTheCpuAndWhenNotSwitchedOff) {
   auto usable = OneDnnUsableOn(torch::kCPU);
   ASSERT_FALSE(usable.ok());
   EXPECT_EQ(usable.status().message(), "COHORT_ONEDNN='yes': expected auto, on or off");
+}
+
+TEST(OneDnnForwardTest, TheVariableReadsAsAutoOnOrOff) {
+  auto unset = OneDnnModeFromEnv();
+  ASSERT_TRUE(unset.ok());
+  EXPECT_EQ(*unset, OneDnnMode::kAuto);
+  for (auto [text, mode] : {std::pair{"auto", OneDnnMode::kAuto}, std::pair{"on", OneDnnMode::kOn},
+                            std::pair{"off", OneDnnMode::kOff}}) {
+    ScopedEnv env("COHORT_ONEDNN", text);
+    auto read = OneDnnModeFromEnv();
+    ASSERT_TRUE(read.ok()) << text;
+    EXPECT_EQ(*read, mode) << text;
+  }
+  ScopedEnv bad("COHORT_ONEDNN", "ON");
+  auto read = OneDnnModeFromEnv();
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().message(), "COHORT_ONEDNN='ON': expected auto, on or off");
 }
 
 }  // namespace

@@ -47,6 +47,14 @@ class OneDnnLinearFunction : public torch::autograd::Function<OneDnnLinearFuncti
 
 }  // namespace
 
+bool OneDnnLinearPaysOnThisCpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f") != 0;
+#else
+  return false;  // oneDNN's ARM kernels are not measured against the BLAS there
+#endif
+}
+
 torch::Tensor OneDnnLinear(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias) {
   // autograd::Function takes no undefined tensor: no bias goes in as an empty one.

@@ -11,7 +11,8 @@
 // count.
 //
 // The trainer turns it on for a Network (NetworkImpl::set_onednn_dense) that trains on the CPU
-// in fp32 where libtorch has oneDNN and COHORT_ONEDNN is not "off"; the network then uses it for
+// in fp32 where libtorch has oneDNN, the CPU has AVX-512 (OneDnnLinearPaysOnThisCpu) and
+// COHORT_ONEDNN is unset or "auto" ("on": on any CPU; "off": never); the network then uses it for
 // float batches outside autocast. bf16 members, other devices and prediction passes (which
 // have OneDnnForward) keep the module's own forward.
 //
@@ -28,6 +29,15 @@ namespace cohort::model {
 // 128x256x256 took 0.51 ms against 0.66, 128x784x256 1.38 against 2.05 (python3-torch, one
 // thread, OpenBLAS's Haswell kernel, 2026-12-06). Smaller layers keep the sgemm.
 inline constexpr int64_t kOneDnnLinearMinMultiplyAdds = int64_t{1} << 22;
+
+// Whether training's dense layers gain from oneDNN on this CPU: where it has AVX-512 (oneDNN then
+// runs 512-bit kernels, OpenBLAS the 256-bit AVX2 one the environment pins it to). On an AVX2-only
+// CPU both run 256-bit kernels and oneDNN's conversions lose: on the 2026-12-07 machine (AMD EPYC,
+// AVX2) two epochs of `cnn-32-elu` on 10,000 rows took 6.81 s through oneDNN against 6.03 s
+// through the sgemm, `dense 256 relu, dense 10` 0.50 against 0.41 (medians of 3, interleaved).
+// The CPU decides, not a timing taken at start, so a run trains the same bits each time it runs
+// on the same machine (a resumed run included).
+bool OneDnnLinearPaysOnThisCpu();
 
 // x (B, in) float on the CPU, weight (out, in), bias (out) or undefined: x W^T + b, with the
 // gradients of x, weight and bias (those that require one) computed by oneDNN too.

@@ -13,6 +13,7 @@
 #include "model/member.h"
 #include "model/network.h"
 #include "model/onednn_forward.h"
+#include "model/onednn_linear.h"
 #include "model/precision.h"
 #include "model/task.h"
 #include "model/tensors.h"
@@ -225,10 +226,14 @@ class TrainingRun {
     }
     result_.resident_data = source_->resident();
     net_->to(plan_.device);
-    // fp32 dense layers through oneDNN on the CPU (model/onednn_linear.h); COHORT_ONEDNN=off
-    // keeps libtorch's own (BLAS) path, and any other value than auto/on/off is refused.
+    // fp32 dense layers through oneDNN on a CPU where that pays (model/onednn_linear.h), or on
+    // any with COHORT_ONEDNN=on; COHORT_ONEDNN=off keeps libtorch's own (BLAS) path, and any
+    // other value than auto/on/off is refused.
     COHORT_ASSIGN_OR_RETURN(const bool onednn, OneDnnUsableOn(plan_.device));
-    net_->set_onednn_dense(onednn && plan_.meta.precision == "fp32");
+    COHORT_ASSIGN_OR_RETURN(const OneDnnMode mode, OneDnnModeFromEnv());
+    result_.onednn_dense = onednn && plan_.meta.precision == "fp32" &&
+                           (mode == OneDnnMode::kOn || OneDnnLinearPaysOnThisCpu());
+    net_->set_onednn_dense(result_.onednn_dense);
     optimizer_ = MakeOptimizer(config_.optimizer, net_->parameters());
     if (!config_.warm_start_from.empty()) {
       COHORT_RETURN_IF_ERROR(

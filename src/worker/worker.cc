@@ -416,6 +416,7 @@ class Worker {
     done["stopped_early"] = r.stopped_early;
     done["parameters"] = r.parameters;
     done["resident_data"] = r.resident_data;
+    done["onednn_dense"] = r.onednn_dense;
     done["step_times"] = {{"data", r.step_times.data},
                           {"forward", r.step_times.forward},
                           {"backward", r.step_times.backward},
