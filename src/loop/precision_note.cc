@@ -31,7 +31,8 @@ std::optional<std::string> EmulatedBf16Note(const LoopConfig& config, bool cpu_h
   return fmt::format(
       "{} {} {} in bf16 (precision or pool_precision) on CPU devices, but this CPU lacks the "
       "AVX-512 instructions (BW, VL, DQ) of oneDNN's bf16 kernels: bf16 runs emulated there, "
-      "often 10x slower than fp32 (docs/models.md, \"Precision\"); fp32 is faster here",
+      "14-42x slower than fp32 in our measurements (docs/models.md, \"Precision\"); fp32 is faster "
+      "here",
       count == 1 ? "member" : "members", names, count == 1 ? "computes" : "compute");
 }
 
