@@ -4,16 +4,11 @@
 
 #include <algorithm>
 
+#include "common/cpu_features.h"
+
 namespace cohort::loop {
 
-bool CpuHasBf16Kernels() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq");
-#else
-  return false;
-#endif
-}
+bool CpuHasBf16Kernels() { return CpuHasAvx512BW() && CpuHasAvx512VL() && CpuHasAvx512DQ(); }
 
 std::optional<std::string> EmulatedBf16Note(const LoopConfig& config, bool cpu_has_bf16_kernels) {
   if (cpu_has_bf16_kernels || config.launcher != Launcher::kLocal) return std::nullopt;

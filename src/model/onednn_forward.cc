@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/cpu_features.h"
 #include "model/dropout.h"
 #include "model/onednn_linear.h"
 #include "model/pool.h"
@@ -47,7 +48,7 @@ __attribute__((target("avx512f,avx512bw"))) void BytesToBf16Avx512(const uint8_t
 }
 
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool has = CpuHasAvx512F() && CpuHasAvx512BW();
   return has;
 }
 #endif

@@ -6,6 +6,8 @@
 
 #include <tuple>
 
+#include "common/cpu_features.h"
+
 namespace cohort::model {
 
 namespace {
@@ -47,13 +49,8 @@ class OneDnnLinearFunction : public torch::autograd::Function<OneDnnLinearFuncti
 
 }  // namespace
 
-bool OneDnnLinearPaysOnThisCpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512f") != 0;
-#else
-  return false;  // oneDNN's ARM kernels are not measured against the BLAS there
-#endif
-}
+// Off x86 (ARM) false: oneDNN's kernels there are not measured against the BLAS.
+bool OneDnnLinearPaysOnThisCpu() { return CpuHasAvx512F(); }
 
 torch::Tensor OneDnnLinear(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias) {
