@@ -93,11 +93,18 @@ loop::ClassificationMetrics TwoBins(double ece, double low_accuracy, double high
   return m;
 }
 
-TEST(ReportHtmlTest, TheReliabilityDiagramShowsTheCalibratedEnsembleBesideTheRawOne) {
+// OneRound with the final ensemble's reliability on 40 test rows (ECE 0.125), by round 0's two
+// members.
+ReportData OneRoundWithReliability() {
   ReportData d = OneRound();
   d.reliability_round = 0;
   d.reliability_members = 2;
   d.reliability = TwoBins(0.125, 0.4, 0.8);
+  return d;
+}
+
+TEST(ReportHtmlTest, TheReliabilityDiagramShowsTheCalibratedEnsembleBesideTheRawOne) {
+  ReportData d = OneRoundWithReliability();
   std::string h = RenderReportHtml(d);
   EXPECT_NE(h.find("Reliability diagram, round 0 (ECE 0.1250)"), std::string::npos);
   EXPECT_NE(h.find("confidence 0.750-1.000: 30 samples, accuracy 0.800, mean confidence 0.900"),
@@ -125,10 +132,7 @@ TEST(ReportHtmlTest, TheReliabilityDiagramShowsTheCalibratedEnsembleBesideTheRaw
 }
 
 TEST(ReportHtmlTest, EachEceIsShownWithTheRangeAPerfectlyCalibratedModelReads) {
-  ReportData d = OneRound();
-  d.reliability_round = 0;
-  d.reliability_members = 2;
-  d.reliability = TwoBins(0.125, 0.4, 0.8);
+  ReportData d = OneRoundWithReliability();
   std::string h = RenderReportHtml(d);
   // Without the ranges (none gathered): no brackets, no sentence.
   EXPECT_EQ(h.find("if perfectly calibrated"), std::string::npos);
@@ -149,10 +153,7 @@ TEST(ReportHtmlTest, EachEceIsShownWithTheRangeAPerfectlyCalibratedModelReads) {
 }
 
 TEST(ReportHtmlTest, TheFinalEnsembleIsComparedWithEachMemberOnTheSameRows) {
-  ReportData d = OneRound();
-  d.reliability_round = 0;
-  d.reliability_members = 2;
-  d.reliability = TwoBins(0.125, 0.4, 0.8);
+  ReportData d = OneRoundWithReliability();
   std::string h = RenderReportHtml(d);
   EXPECT_EQ(h.find("ensemble-vs-members"), std::string::npos);  // no members gathered
 

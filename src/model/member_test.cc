@@ -272,13 +272,16 @@ TEST(MemberTest, PredictingChosenRowsGivesThoseRowsOfTheFullPrediction) {
   EXPECT_EQ(beyond.status().message(), "predict: row 10000 is beyond table test (10000 rows)");
 }
 
-// Sets COHORT_RESIDENT_DATA for one scope.
-class ResidentData {
+// Sets an environment variable (COHORT_RESIDENT_DATA, COHORT_ONEDNN) for one scope.
+class ScopedEnv {
  public:
-  explicit ResidentData(const char* mode) { ::setenv("COHORT_RESIDENT_DATA", mode, 1); }
-  ~ResidentData() { ::unsetenv("COHORT_RESIDENT_DATA"); }
-  ResidentData(const ResidentData&) = delete;
-  ResidentData& operator=(const ResidentData&) = delete;
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
 
 // Training's dense layers go through oneDNN where the CPU gains from it (AVX-512: model/
@@ -290,9 +293,8 @@ TEST(MemberTest, DenseLayersTrainThroughOneDnnWhereTheCpuGainsFromIt) {
   TrainConfig c = MlpConfig(1, 5);
   std::map<std::string, bool> used;
   for (const char* mode : {"auto", "on", "off"}) {
-    ::setenv("COHORT_ONEDNN", mode, 1);
+    ScopedEnv env("COHORT_ONEDNN", mode);
     auto r = Train(*snap, "train", c, dir + "/" + mode + ".ckpt");
-    ::unsetenv("COHORT_ONEDNN");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     used[mode] = r->onednn_dense;
   }
@@ -300,9 +302,8 @@ TEST(MemberTest, DenseLayersTrainThroughOneDnnWhereTheCpuGainsFromIt) {
   EXPECT_TRUE(used["on"]);
   EXPECT_FALSE(used["off"]);
   c.precision = "bf16";
-  ::setenv("COHORT_ONEDNN", "on", 1);
+  ScopedEnv on("COHORT_ONEDNN", "on");
   auto bf16 = Train(*snap, "train", c, dir + "/bf16.ckpt");
-  ::unsetenv("COHORT_ONEDNN");
   ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
   EXPECT_FALSE(bf16->onednn_dense);
 }
@@ -315,7 +316,7 @@ TEST(MemberTest, ResidentDataTrainsAndPredictsBitForBitLikeTheHostPipeline) {
   std::map<std::string, TrainResult> results;
   std::map<std::string, std::vector<std::byte>> predictions;
   for (const char* mode : {"off", "on"}) {
-    ResidentData env(mode);
+    ScopedEnv env("COHORT_RESIDENT_DATA", mode);
     const std::string ckpt = dir + "/" + mode + ".ckpt";
     auto r = Train(*snap, "train", c, ckpt);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -332,13 +333,13 @@ TEST(MemberTest, ResidentDataTrainsAndPredictsBitForBitLikeTheHostPipeline) {
   EXPECT_EQ(predictions["off"], predictions["on"]);
   {
     // Prediction through the resident copy gives the same bytes for the same checkpoint.
-    ResidentData env("on");
+    ScopedEnv env("COHORT_RESIDENT_DATA", "on");
     EXPECT_EQ(PredictBytes(dir + "/off.ckpt", dir + "/off-resident.npy"), predictions["off"]);
   }
   // An augmenting member gathers on the host, where its augmentations run.
   c.augment.flip = true;
   c.epochs = 1;
-  ResidentData env("on");
+  ScopedEnv env("COHORT_RESIDENT_DATA", "on");
   auto augmented = Train(*snap, "train", c, dir + "/flip.ckpt");
   ASSERT_TRUE(augmented.ok()) << augmented.status().ToString();
   EXPECT_FALSE(augmented->resident_data);
@@ -361,7 +362,7 @@ TEST(MemberTest, ResidentDataGivesTheSameRegressionMember) {
   c.standardize = true;
   std::map<std::string, std::vector<std::byte>> out;
   for (const char* mode : {"off", "on"}) {
-    ResidentData env(mode);
+    ScopedEnv env("COHORT_RESIDENT_DATA", mode);
     ASSERT_TRUE(Train(*snap, "train", c, dir + "/" + mode + ".ckpt").ok());
     auto p = Predict(dir + "/" + mode + ".ckpt", *snap, "test", dir + "/" + mode + ".npy");
     ASSERT_TRUE(p.ok()) << p.status().ToString();
