@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/splitmix.h"
-#include "loop/acquisition.h"
-#include "loop/batch_bald.h"
+#include "loop/acquire/acquisition.h"
+#include "loop/acquire/batch_bald.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "common/json_text.h"
 #include "fuzz/fuzz_util.h"
 #include "launch/subprocess.h"
-#include "loop/worker_client.h"
+#include "loop/schedule/worker_client.h"
 
 using namespace cohort;
 

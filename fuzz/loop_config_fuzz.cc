@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "loop/config.h"
+#include "loop/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(cohort::fuzz::AsText(data, size));

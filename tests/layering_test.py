@@ -23,19 +23,55 @@ import re
 import sys
 import tempfile
 
-# What each part may include besides itself and the standard library. cli is the top: it may
-# include any part. Dependencies point one way (docs/design.md).
+# What each part may include besides itself and the standard library. A part is a folder of
+# src/ (its testing/ subfolder belongs to it); a file belongs to the deepest part its path is in.
+# Dependencies point one way (docs/design.md, "Parts" and "The loop's tree"): inside loop/ each
+# folder may use only the folders before it, and cli's subcommand folders never use one another.
+_LOOP_BASE = {"common", "store", "launch", "model"}
 PART_DEPS = {
     "common": set(),
     "store": {"common"},
     "launch": {"common"},
     "model": {"common", "store"},
     "worker": {"common", "store", "model", "launch"},
-    "loop": {"common", "store", "launch", "model"},
-    "cli": {"common", "store", "launch", "model", "worker", "loop"},
+    "loop/ensemble": {"common", "store"},
+    "loop/acquire": {"common", "loop/ensemble"},
+    "loop/config": _LOOP_BASE | {"loop/ensemble", "loop/acquire"},
+    "loop/run": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config"},
+    "loop/schedule": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config", "loop/run"},
+    "loop/update": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config", "loop/run",
+                                 "loop/schedule"},
+    "loop": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config", "loop/run",
+                          "loop/schedule", "loop/update"},
 }
+_LOOP_ALL = {p for p in PART_DEPS if p.startswith("loop")}
+PART_DEPS.update({
+    "cli/base": {"common"},
+    "cli/run": _LOOP_BASE | _LOOP_ALL | {"cli/base"},
+    "cli/data": {"common", "store", "cli/base"},
+    "cli/report": {"common", "store", "model"} | _LOOP_ALL | {"cli/base"},
+    "cli/ensemble": _LOOP_BASE | _LOOP_ALL | {"cli/base"},
+    "cli/member": {"common", "store", "model", "worker", "launch", "cli/base"},
+})
+# cli/main.cc is the top: it may include any part.
+PART_DEPS["cli"] = set(PART_DEPS)
+
+
+def part_of(rel):
+    """The part of a path under src/ ("loop/config/config.h" -> "loop/config"), or None."""
+    folders = rel.split("/")[:-1]
+    if "testing" in folders:
+        folders = folders[:folders.index("testing")]
+    while folders:
+        name = "/".join(folders)
+        if name in PART_DEPS:
+            return name
+        folders.pop()
+    return None
+
+
 TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*<(torch|ATen|c10)/")
-OUR_INCLUDE = re.compile(r'^\s*#\s*include\s*"(([a-z_]+)/[^"]+)"')
+OUR_INCLUDE = re.compile(r'^\s*#\s*include\s*"([a-z_]+/[a-z_/]+\.h)"')
 # Headers of the libtorch side that have no source of their own: the functions member.h
 # declares are defined in trainer.cc and evaluate.cc.
 TORCH_API_HEADERS = {"src/model/member.h"}
@@ -45,14 +81,14 @@ TORCH_SHIM_HEADERS = {"src/model/torch_compat.h"}
 
 
 def cmake_targets(root):
-    """{target: (sources as paths from root, link items)} from src/*/CMakeLists.txt."""
+    """{target: (sources as paths from root, link items)} from every CMakeLists.txt in src/."""
     targets = {}
     src = os.path.join(root, "src")
-    for part in sorted(os.listdir(src)):
-        path = os.path.join(src, part, "CMakeLists.txt")
-        if not os.path.isfile(path):
+    for folder, _, files in sorted(os.walk(src)):
+        if "CMakeLists.txt" not in files:
             continue
-        with open(path) as f:
+        here = os.path.relpath(folder, root)
+        with open(os.path.join(folder, "CMakeLists.txt")) as f:
             text = re.sub(r"#[^\n]*", "", f.read())
         for kind, args in re.findall(r"\b(add_library|add_executable|cohort_add_test|"
                                      r"target_link_libraries)\s*\(([^)]*)\)", text):
@@ -69,7 +105,7 @@ def cmake_targets(root):
                 elif section == "LIBS":
                     links.add(w)
                 elif w.endswith(".cc"):
-                    sources.add(f"src/{part}/{w}")
+                    sources.add(os.path.normpath(os.path.join(here, w)))
     return targets
 
 
@@ -99,14 +135,14 @@ def check(root):
     may_include_torch, torch_side = torch_sides(cmake_targets(root))
     problems = []
     src = os.path.join(root, "src")
-    for part in sorted(os.listdir(src)):
-        folder = os.path.join(src, part)
-        if part not in PART_DEPS:
-            continue
-        for name in sorted(os.listdir(folder)):
+    for folder, _, files in sorted(os.walk(src)):
+        for name in sorted(files):
             if not name.endswith((".h", ".cc")):
                 continue
-            rel = f"src/{part}/{name}"
+            rel = os.path.relpath(os.path.join(folder, name), root)
+            part = part_of(os.path.relpath(rel, "src"))
+            if part is None:
+                continue
             with open(os.path.join(folder, name), errors="replace") as f:
                 lines = f.readlines()
             for number, line in enumerate(lines, 1):
@@ -119,8 +155,8 @@ def check(root):
                 m = OUR_INCLUDE.match(line)
                 if not m:
                     continue
-                header, other = f"src/{m.group(1)}", m.group(2)
-                if other not in PART_DEPS:
+                header, other = f"src/{m.group(1)}", part_of(m.group(1))
+                if other is None:
                     continue
                 if other != part and other not in PART_DEPS[part]:
                     problems.append(where + f'includes "{m.group(1)}": {part} must not depend '
@@ -150,29 +186,44 @@ def self_test():
         write(root, "src/worker/CMakeLists.txt",
               "add_library(cohort_worker STATIC worker.cc)\n"
               "target_link_libraries(cohort_worker PUBLIC cohort_model)\n")
-        write(root, "src/loop/CMakeLists.txt",
-              "add_library(cohort_loop STATIC config.cc)  # no torch\n"
-              "cohort_add_test(config_test SOURCES config_test.cc LIBS cohort_loop)\n")
+        write(root, "src/loop/config/CMakeLists.txt",
+              "add_library(cohort_loop_config STATIC config.cc)  # no torch\n"
+              "cohort_add_test(config_test SOURCES config_test.cc LIBS cohort_loop_config)\n")
         write(root, "src/model/network.h", "#include <torch/torch.h>\n")
         write(root, "src/model/network.cc", '#include "model/network.h"\n#include <ATen/ATen.h>\n')
         write(root, "src/model/member.h", '#include "model/train_config.h"\n')
         write(root, "src/model/train_config.h", "#include <string>\n")
         write(root, "src/worker/worker.cc", '#include "model/member.h"\n')
+        write(root, "src/loop/update/oracle.cc", '#include "loop/config/config.h"\n')
+        write(root, "src/loop/config/testing/source_store.h", '#include "loop/acquire/seeds.h"\n')
+        write(root, "src/cli/main.cc", '#include "cli/report/report.h"\n#include "loop/x.h"\n')
         clean = check(root)
         assert clean == [], clean
         write(root, "src/model/spec.cc", "#include <c10/util/Half.h>\n")
         write(root, "src/worker/worker.h", "#include <torch/torch.h>\n")
-        write(root, "src/loop/config.h", '#include "model/member.h"\n#include "cli/run_cli.h"\n')
-        write(root, "src/loop/config_test.cc", '#include "model/network.h"\n')
-        write(root, "src/model/spec.h", '#include "loop/config.h"\n#include "launch/device.h"\n')
+        write(root, "src/loop/config/config.h",
+              '#include "model/member.h"\n#include "cli/base/run_cli.h"\n')
+        write(root, "src/loop/config/config_test.cc", '#include "model/network.h"\n')
+        write(root, "src/loop/ensemble/view.h", '#include "loop/update/oracle.h"\n')
+        write(root, "src/loop/ensemble/testing/tables.h", '#include "loop/config/config.h"\n')
+        write(root, "src/cli/report/report.cc", '#include "cli/ensemble/predict.h"\n')
+        write(root, "src/model/spec.h", '#include "loop/config/config.h"\n#include "launch/device.h"\n')
         write(root, "src/common/status.h", '#include "store/env.h"\n')
         expected = [
+            "src/cli/report/report.cc:1: includes \"cli/ensemble/predict.h\": cli/report must not "
+            "depend on cli/ensemble",
             "src/common/status.h:1: includes \"store/env.h\": common must not depend on store",
-            "src/loop/config.h:1: includes \"model/member.h\", a header of the libtorch side",
-            "src/loop/config.h:2: includes \"cli/run_cli.h\": loop must not depend on cli",
-            "src/loop/config_test.cc:1: includes \"model/network.h\", a header of the libtorch",
+            "src/loop/config/config.h:1: includes \"model/member.h\", a header of the libtorch side",
+            "src/loop/config/config.h:2: includes \"cli/base/run_cli.h\": loop/config must not "
+            "depend on cli/base",
+            "src/loop/config/config_test.cc:1: includes \"model/network.h\", a header of the libtorch",
+            "src/loop/ensemble/view.h:1: includes \"loop/update/oracle.h\": loop/ensemble must not "
+            "depend on loop/update",
+            "src/loop/ensemble/testing/tables.h:1: includes \"loop/config/config.h\": loop/ensemble "
+            "must not depend on loop/config",
             "src/model/spec.cc:1: includes libtorch",
-            "src/model/spec.h:1: includes \"loop/config.h\": model must not depend on loop",
+            "src/model/spec.h:1: includes \"loop/config/config.h\": model must not depend on "
+            "loop/config",
             "src/model/spec.h:2: includes \"launch/device.h\": model must not depend on launch",
             "src/worker/worker.h:1: includes libtorch",
         ]

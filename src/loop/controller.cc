@@ -13,24 +13,25 @@
 
 #include "common/file_util.h"
 #include "common/worker_protocol.h"
-#include "loop/acquire_commit.h"
-#include "loop/calibration.h"
-#include "loop/class_labels.h"
-#include "loop/config.h"
-#include "loop/config_check.h"
-#include "loop/crash_point.h"
-#include "loop/ensemble_metrics.h"
-#include "loop/journal.h"
-#include "loop/local_process_host.h"
-#include "loop/precision_note.h"
-#include "loop/predictions.h"
-#include "loop/regression.h"
+#include "loop/acquire/round_seeds.h"
+#include "loop/update/acquire_commit.h"
+#include "loop/ensemble/calibration.h"
+#include "loop/config/class_labels.h"
+#include "loop/config/config.h"
+#include "loop/config/config_check.h"
+#include "loop/run/crash_point.h"
+#include "loop/ensemble/metrics.h"
+#include "loop/run/journal.h"
+#include "launch/local_process_host.h"
+#include "loop/config/precision_note.h"
+#include "loop/ensemble/predictions.h"
+#include "loop/ensemble/regression.h"
 #include "loop/resume_plan.h"
-#include "loop/run_dir.h"
-#include "loop/scheduler.h"
-#include "loop/slurm_process_host.h"
+#include "loop/run/run_dir.h"
+#include "loop/schedule/scheduler.h"
+#include "launch/slurm_process_host.h"
 #include "loop/stop_rules.h"
-#include "loop/update_step.h"
+#include "loop/update/update_step.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 #include "store/transaction.h"
@@ -166,7 +167,8 @@ class Controller {
     const bool train = UpdatesReadTrainPredictions(config_);
     // With pool_sample the members predict only the round's sample of the pool.
     std::vector<uint64_t> pool_ids = t.pool->Ids();
-    if (auto sample = PoolSampleOfRound(config_.acquisition, round, t.pool->size())) {
+    if (auto sample = PoolSampleOfRound(config_.acquisition.pool_sample, config_.acquisition.seed, round,
+                                        t.pool->size())) {
       std::vector<uint64_t> sampled;
       sampled.reserve(sample->size());
       for (uint64_t row : *sample) sampled.push_back(pool_ids[row]);
@@ -237,8 +239,8 @@ class Controller {
   std::unique_ptr<Display> display_;
   std::unique_ptr<DisplayProgress> progress_;
   OpenRun run_;
-  std::unique_ptr<ProcessHost> own_host_;
-  ProcessHost* host_ = nullptr;
+  std::unique_ptr<launch::ProcessHost> own_host_;
+  launch::ProcessHost* host_ = nullptr;
   std::unique_ptr<Scheduler> scheduler_;
   store::Env* store_env_ = nullptr;
   uint64_t starting_labels_ = 0;
@@ -370,14 +372,14 @@ Status Controller::OpenRunDirectory() {
 
 Status Controller::StartScheduler() {
   host_ = options_.host;
-  SlurmProcessHost* slurm = nullptr;
+  launch::SlurmProcessHost* slurm = nullptr;
   if (host_ == nullptr && config_.launcher == Launcher::kSlurm) {
-    COHORT_ASSIGN_OR_RETURN(auto slurm_host, SlurmProcessHost::Create(config_.slurm, kKillGrace));
+    COHORT_ASSIGN_OR_RETURN(auto slurm_host, launch::SlurmProcessHost::Create(config_.slurm, kKillGrace));
     slurm = slurm_host.get();
     own_host_ = std::move(slurm_host);
     host_ = own_host_.get();
   } else if (host_ == nullptr) {
-    COHORT_ASSIGN_OR_RETURN(own_host_, LocalProcessHost::Create(kKillGrace));
+    COHORT_ASSIGN_OR_RETURN(own_host_, launch::LocalProcessHost::Create(kKillGrace));
     host_ = own_host_.get();
   }
   auto millis = [](double seconds) {

@@ -1,4 +1,4 @@
-// The controller (RunLoop) on a FakeProcessHost: stop rules, min_members, interrupts, resume
+// The controller (RunLoop) on a launch::FakeProcessHost: stop rules, min_members, interrupts, resume
 // and retry counts across it, with a real store and journal but no process and no torch.
 #include "loop/controller.h"
 
@@ -10,13 +10,14 @@
 #include <map>
 
 #include "common/file_util.h"
-#include "loop/acquire_commit.h"
-#include "loop/acquisition.h"
-#include "loop/fake_process_host.h"
-#include "loop/fake_worker.h"
-#include "loop/journal.h"
-#include "loop/loop_test_util.h"
-#include "loop/run_dir.h"
+#include "loop/acquire/round_seeds.h"
+#include "loop/update/acquire_commit.h"
+#include "loop/acquire/acquisition.h"
+#include "launch/testing/fake_process_host.h"
+#include "loop/schedule/testing/fake_worker.h"
+#include "loop/run/journal.h"
+#include "loop/config/testing/source_store.h"
+#include "loop/run/run_dir.h"
 #include "store/import.h"
 #include "store/npy.h"
 #include "store/store.h"
@@ -36,10 +37,10 @@ std::string EnvOf(const launch::SpawnSpec& spec, const std::string& name) {
 }
 
 // The command oracle `oracle`: answers every id with `*label`, or exits 3 when it is < -100.
-class FakeOracle : public FakeProcessHost::Program {
+class FakeOracle : public launch::FakeProcessHost::Program {
  public:
   explicit FakeOracle(const int64_t* label) : label_(label) {}
-  void OnStart(FakeProcessHost::Process& p) override {
+  void OnStart(launch::FakeProcessHost::Process& p) override {
     if (*label_ < -100) return p.Exit(3);
     auto ids = store::ReadNpyFile(EnvOf(p.spec(), "COHORT_ORACLE_IDS"));
     if (!ids.ok()) return p.Exit(4);
@@ -68,9 +69,9 @@ class ControllerTest : public ::testing::Test {
 
   // One `cohort run` on a fresh fake host; `interrupts` at these virtual times.
   Result<RunOutcome> Run(std::vector<milliseconds> interrupts = {}) {
-    FakeProcessHost host(FakeWorkerFactory(
+    launch::FakeProcessHost host(FakeWorkerFactory(
         worker_,
-        [this](const launch::SpawnSpec& spec) -> std::unique_ptr<FakeProcessHost::Program> {
+        [this](const launch::SpawnSpec& spec) -> std::unique_ptr<launch::FakeProcessHost::Program> {
           if (spec.argv.at(0) != "oracle") return nullptr;
           return std::make_unique<FakeOracle>(&oracle_label_);
         }));

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "loop/progress.h"
+#include "loop/schedule/progress.h"
 
 namespace cohort::loop {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/config.h"
-#include "loop/journal.h"
-#include "loop/scheduler.h"
+#include "loop/config/config.h"
+#include "loop/run/journal.h"
+#include "loop/schedule/scheduler.h"
 
 namespace cohort::loop {
 

@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "loop/config.h"
+#include "loop/config/config.h"
 
 namespace cohort::loop {
 

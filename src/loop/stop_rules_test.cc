@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "loop/ensemble_metrics.h"
+#include "loop/ensemble/metrics.h"
 
 namespace cohort::loop {
 namespace {
