@@ -35,7 +35,7 @@ PART_DEPS = {
     "model": {"common", "store"},
     "worker": {"common", "store", "model", "launch"},
     "loop/ensemble": {"common", "store"},
-    "loop/acquire": {"common", "loop/ensemble"},
+    "loop/acquire": {"common", "store", "loop/ensemble"},
     "loop/config": _LOOP_BASE | {"loop/ensemble", "loop/acquire"},
     "loop/run": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config"},
     "loop/schedule": _LOOP_BASE | {"loop/ensemble", "loop/acquire", "loop/config", "loop/run"},

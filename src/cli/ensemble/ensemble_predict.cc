@@ -17,7 +17,7 @@
 #include "launch/device.h"
 #include "loop/ensemble/calibration.h"
 #include "loop/config/class_labels.h"
-#include "loop/ensemble/uncertainty.h"
+#include "loop/acquire/uncertainty.h"
 #include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
 #include "loop/run/run_reader.h"

@@ -5,9 +5,6 @@
 
 namespace cohort::launch {
 
-using Clock;
-using ExitInfo;
-using ExitReason;
 
 void FakeProcessHost::Program::OnStdinClosed(Process& process) { process.Exit(0); }
 void FakeProcessHost::Program::OnTerminate(Process& process) { process.Crash(SIGTERM); }

@@ -19,6 +19,7 @@
 
 #include "common/closest_name.h"
 #include "loop/acquire/acquisition.h"
+#include "loop/acquire/regression_scores.h"
 #include "loop/ensemble/regression.h"
 #include "model/config_json.h"
 #include "model/spec.h"

@@ -6,6 +6,7 @@
 
 #include "loop/acquire/acquisition.h"
 #include "loop/ensemble/predictions.h"
+#include "loop/acquire/regression_scores.h"
 #include "loop/ensemble/regression.h"
 #include "model/augment.h"
 #include "model/spec.h"

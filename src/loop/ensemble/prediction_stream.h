@@ -1,7 +1,7 @@
 // Member prediction files read a block of rows at a time, so that checking and scoring a pool
 // of 10^7 rows holds one block per member (a few MiB) instead of every member's whole file
 // (400 MB each at 10 classes). The pool's files are checked this way when an attempt ends and
-// scored this way by every per-sample strategy; BatchBALD and regression runs still stack the
+// scored this way by every per-sample strategy (loop/acquire/stream_scores.h); BatchBALD and regression runs still stack the
 // files whole (loop/predictions.h).
 //
 // Thread-safety: a PredictionStream is used by one thread at a time; the functions are pure
@@ -64,12 +64,5 @@ Result<std::vector<float>> ReadProbabilities(const std::string& path, const std:
                                              uint64_t rows, int64_t expected_classes,
                                              int64_t* classes, std::span<const uint64_t> ids,
                                              const std::string& member, int64_t passes);
-
-// Every pool sample's score by `strategy` (a per-sample strategy of AcquisitionStrategies),
-// from the members' files (a passes file counting as its passes), read and scored a block at
-// a time: the same scores as ScoreSamples over the stacked files.
-Result<std::vector<double>> StreamScores(const std::string& strategy,
-                                         const std::vector<PoolSampleFile>& files, uint64_t rows,
-                                         int64_t classes);
 
 }  // namespace cohort::loop

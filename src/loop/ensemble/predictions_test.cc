@@ -6,6 +6,7 @@
 
 #include "common/splitmix.h"
 #include "common/worker_protocol.h"
+#include "loop/ensemble/testing/probability_files.h"
 #include "loop/ensemble/view.h"
 #include "loop/ensemble/prediction_stream.h"
 #include "store/host_array.h"
@@ -16,6 +17,7 @@ namespace cohort::loop {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::WriteRandomProbabilities;
 
 std::string Scratch(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("cohort-predictions-test-" + name);
@@ -93,46 +95,6 @@ TEST(PredictionsTest, PoolSamplesStackEveryPassAsAMember) {
       << wrong.status().ToString();
 }
 
-// Seeded probability rows of `shape`, (rows, classes) or (passes, rows, classes).
-void WriteRandomProbabilities(const std::string& path, std::vector<uint64_t> shape, uint64_t seed) {
-  store::HostArray a(store::Dtype::kFloat32, shape);
-  const uint64_t classes = shape.back();
-  float* p = a.as<float>();
-  const size_t rows = a.data.size() / sizeof(float) / classes;
-  for (size_t r = 0; r < rows; ++r) {
-    double total = 0;
-    for (uint64_t c = 0; c < classes; ++c) {
-      p[r * classes + c] = static_cast<float>(SplitMix64Unit(&seed) + 0.01);
-      total += p[r * classes + c];
-    }
-    for (uint64_t c = 0; c < classes; ++c) {
-      p[r * classes + c] = static_cast<float>(p[r * classes + c] / total);
-    }
-  }
-  ASSERT_TRUE(store::WriteNpyFile(path, a).ok());
-}
-
-// 20,000 rows: more than two blocks of kPredictionBlockRows.
-TEST(PredictionsTest, StreamedScoresEqualTheScoresOfTheStackedFiles) {
-  const std::string dir = Scratch("stream");
-  const uint64_t rows = 20000;
-  WriteRandomProbabilities(dir + "/a.npy", {rows, 4}, 1);
-  WriteRandomProbabilities(dir + "/b-passes.npy", {3, rows, 4}, 2);
-  WriteRandomProbabilities(dir + "/c.npy", {rows, 4}, 3);
-  const std::vector<PoolSampleFile> files = {
-      {0, dir + "/a.npy", 0}, {1, dir + "/b-passes.npy", 3}, {2, dir + "/c.npy", 0}};
-  auto stacked = StackPoolSamples(files, rows, 4);
-  ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
-  auto view = MakeEnsemblePredictions(stacked->data, stacked->members, stacked->samples, 4);
-  ASSERT_TRUE(view.ok());
-  for (const std::string strategy : {"bald", "entropy", "vote_entropy", "variance"}) {
-    auto whole = ScoreSamples(strategy, *view);
-    auto streamed = StreamScores(strategy, files, rows, 4);
-    ASSERT_TRUE(whole.ok() && streamed.ok()) << streamed.status().ToString();
-    EXPECT_EQ(*whole, *streamed) << strategy;
-  }
-}
-
 TEST(PredictionsTest, ABadRowInALaterBlockIsNamedByItsRowInTheTable) {
   const std::string dir = Scratch("stream-bad");
   const uint64_t rows = 20000;
@@ -146,10 +108,6 @@ TEST(PredictionsTest, ABadRowInALaterBlockIsNamedByItsRowInTheTable) {
   Status s = CheckPredictionFile(dir + "/p.npy", "p.npy", rows, 4, &classes, ids, "m");
   EXPECT_EQ(s.message(),
             "p.npy: member m row 17000 (sample id 117000): probability of class 2 is -0.500000");
-  auto scored = StreamScores("bald", {{0, dir + "/p.npy", 0}, {1, dir + "/p.npy", 0}}, rows, 4);
-  ASSERT_FALSE(scored.ok());
-  EXPECT_NE(scored.status().message().find("row 17000"), std::string::npos)
-      << scored.status().ToString();
   // A file of another length or width is refused by its header alone.
   EXPECT_EQ(CheckPredictionFile(dir + "/p.npy", "p.npy", rows + 1, 4, &classes).message(),
             "p.npy: expected float32 probabilities of shape (20001, classes), got float32 "

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/ensemble/view.h"
+#include "loop/acquire/acquisition.h"
 
 namespace cohort::loop {
 

@@ -1,4 +1,4 @@
-#include "loop/ensemble/uncertainty.h"
+#include "loop/acquire/uncertainty.h"
 
 #include <algorithm>
 
