@@ -83,7 +83,7 @@ def run_loop(cohort, work, name, text):
     return sqlite3.connect(f"file:{run_dir}/run.db?mode=ro", uri=True)
 
 
-ECE_BINS = 15  # as loop/ensemble_metrics.h
+ECE_BINS = 15  # as loop/ensemble/metrics.h
 
 
 def metrics(p, y):
@@ -113,7 +113,7 @@ def ece_resolution(p, draws=50, seed=0):
 
 
 def temperature_scaled(p, temperature):
-    """softmax(log p / T), as loop/calibration.h applies it."""
+    """softmax(log p / T), as loop/ensemble/calibration.h applies it."""
     z = np.log(np.maximum(p.astype(np.float64), 1.1754944e-38)) / temperature
     z -= z.max(1, keepdims=True)
     e = np.exp(z)

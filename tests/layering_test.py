@@ -4,7 +4,12 @@
 Run by ctest as: /usr/bin/python3 tests/layering_test.py SOURCE_DIR
 
 Reads every #include in src/ and fails, naming each offending line, when
-  - a part includes a header of a part it must not depend on (PART_DEPS below);
+  - a part includes a header of a part it must not depend on (PART_DEPS below). A part is a
+    folder: src/store, src/launch, ..., and inside src/loop and src/cli each subfolder
+    (loop/ensemble, loop/acquire, loop/config, loop/run, loop/schedule, loop/update, then loop
+    itself; cli/base, cli/run, cli/data, cli/report, cli/ensemble, cli/member, then cli/main.cc).
+    Inside loop a folder may use only the folders before it: an include that goes up or
+    sideways fails;
   - a file includes libtorch (<torch/...>, <ATen/...>, <c10/...>) without being a source of
     the one target that links libtorch itself (cohort_model: network, checkpoint, tensors,
     trainer, evaluate) or the header of such a source;
@@ -12,7 +17,7 @@ Reads every #include in src/ and fails, naming each offending line, when
     cohort_model_core, ...) includes a header of the libtorch side: one of those sources'
     headers, or model/member.h, the API cohort_model implements. Code that only describes
     training includes model/train_config.h.
-Which targets link libtorch is read from src/*/CMakeLists.txt (add_library, add_executable,
+Which targets link libtorch is read from every CMakeLists.txt under src/ (add_library, add_executable,
 cohort_add_test, target_link_libraries), so moving a source between targets moves the rule.
 
 Before checking the tree it checks itself on a small tree with known violations, so a rule

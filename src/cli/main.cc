@@ -10,11 +10,11 @@
 #include <functional>
 #include <string>
 
+#include "cli/base/run_cli.h"
 #include "cli/data/data_command.h"
 #include "cli/ensemble/ensemble_export.h"
 #include "cli/ensemble/ensemble_predict.h"
 #include "cli/report/report_command.h"
-#include "cli/base/run_cli.h"
 #include "cli/run/run_command.h"
 #include "cli/run/sbatch_command.h"
 #include "common/status.h"

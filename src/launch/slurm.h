@@ -1,5 +1,5 @@
 // Slurm: how a worker is started as a job step with `srun`, and what Slurm's own words about a
-// step's end mean. The loop's SlurmProcessHost (loop/slurm_process_host.h) runs these argvs
+// step's end mean. The loop's SlurmProcessHost (launch/slurm_process_host.h) runs these argvs
 // through the local SubprocessSet, so everything else (pipes, process groups, deadlines) is the
 // local launcher's.
 //

@@ -106,8 +106,7 @@ class SlurmProcessHost::Adapter : public ProcessHost::Listener {
   Listener* listener_;
 };
 
-SlurmProcessHost::SlurmProcessHost(SlurmOptions options,
-                                   std::unique_ptr<LocalProcessHost> local)
+SlurmProcessHost::SlurmProcessHost(SlurmOptions options, std::unique_ptr<LocalProcessHost> local)
     : options_(std::move(options)),
       in_allocation_(InSlurmAllocation()),
       local_(std::move(local)),
@@ -242,10 +241,9 @@ Status SlurmProcessHost::CheckSharedStore(const std::string& store_dir,
       collect.out == here) {
     return Status::OK();
   }
-  std::string what =
-      collect.exit->reason == ExitReason::kExited && collect.exit->exit_code == 0
-          ? "it read other contents than this machine's"
-          : collect.exit->ToString();
+  std::string what = collect.exit->reason == ExitReason::kExited && collect.exit->exit_code == 0
+                         ? "it read other contents than this machine's"
+                         : collect.exit->ToString();
   return Status::IOError(fmt::format(
       "slurm: a probe step could not read the run's store at {} ({}; log: {}); the run "
       "directory must be on a filesystem every node of the cluster mounts at the same path",

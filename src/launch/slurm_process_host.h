@@ -26,8 +26,8 @@
 #include <set>
 #include <string>
 
-#include "launch/slurm.h"
 #include "launch/local_process_host.h"
+#include "launch/slurm.h"
 
 namespace cohort::launch {
 
@@ -42,9 +42,7 @@ class SlurmProcessHost : public ProcessHost {
 
   Result<ProcessId> Start(const SpawnSpec& spec) override;
   // Not a step: a plain child of the controller.
-  Result<ProcessId> StartHere(const SpawnSpec& spec) override {
-    return local_->Start(spec);
-  }
+  Result<ProcessId> StartHere(const SpawnSpec& spec) override { return local_->Start(spec); }
   Status Write(ProcessId process, std::string_view line) override;
   void CloseStdin(ProcessId process) override;
   void Terminate(ProcessId process) override;

@@ -13,24 +13,24 @@
 
 #include "common/file_util.h"
 #include "common/worker_protocol.h"
+#include "launch/local_process_host.h"
+#include "launch/slurm_process_host.h"
 #include "loop/acquire/round_seeds.h"
-#include "loop/update/acquire_commit.h"
-#include "loop/ensemble/calibration.h"
 #include "loop/config/class_labels.h"
 #include "loop/config/config.h"
 #include "loop/config/config_check.h"
-#include "loop/run/crash_point.h"
-#include "loop/ensemble/metrics.h"
-#include "loop/run/journal.h"
-#include "launch/local_process_host.h"
 #include "loop/config/precision_note.h"
+#include "loop/ensemble/calibration.h"
+#include "loop/ensemble/metrics.h"
 #include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
 #include "loop/resume_plan.h"
+#include "loop/run/crash_point.h"
+#include "loop/run/journal.h"
 #include "loop/run/run_dir.h"
 #include "loop/schedule/scheduler.h"
-#include "launch/slurm_process_host.h"
 #include "loop/stop_rules.h"
+#include "loop/update/acquire_commit.h"
 #include "loop/update/update_step.h"
 #include "store/snapshot.h"
 #include "store/store.h"
@@ -167,8 +167,8 @@ class Controller {
     const bool train = UpdatesReadTrainPredictions(config_);
     // With pool_sample the members predict only the round's sample of the pool.
     std::vector<uint64_t> pool_ids = t.pool->Ids();
-    if (auto sample = PoolSampleOfRound(config_.acquisition.pool_sample, config_.acquisition.seed, round,
-                                        t.pool->size())) {
+    if (auto sample = PoolSampleOfRound(config_.acquisition.pool_sample, config_.acquisition.seed,
+                                        round, t.pool->size())) {
       std::vector<uint64_t> sampled;
       sampled.reserve(sample->size());
       for (uint64_t row : *sample) sampled.push_back(pool_ids[row]);
@@ -374,7 +374,8 @@ Status Controller::StartScheduler() {
   host_ = options_.host;
   launch::SlurmProcessHost* slurm = nullptr;
   if (host_ == nullptr && config_.launcher == Launcher::kSlurm) {
-    COHORT_ASSIGN_OR_RETURN(auto slurm_host, launch::SlurmProcessHost::Create(config_.slurm, kKillGrace));
+    COHORT_ASSIGN_OR_RETURN(auto slurm_host,
+                            launch::SlurmProcessHost::Create(config_.slurm, kKillGrace));
     slurm = slurm_host.get();
     own_host_ = std::move(slurm_host);
     host_ = own_host_.get();

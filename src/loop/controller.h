@@ -25,8 +25,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "loop/display.h"
 #include "launch/process_host.h"
+#include "loop/display.h"
 
 namespace cohort::loop {
 
@@ -35,7 +35,8 @@ struct RunOptions {
   std::string member_binary;  // `cohort-member`, whose `worker` command the workers run
   FILE* out = stdout;
   DisplayOptions display;
-  // Where workers and scripts run; null: this machine (a launch::LocalProcessHost the loop creates).
+  // Where workers and scripts run; null: this machine (a launch::LocalProcessHost the loop
+  // creates).
   launch::ProcessHost* host = nullptr;
   // A new run checks every file of its source generation (store::VerifyGeneration) before it
   // clones it, so it never trains on damaged data; off for huge stores checked otherwise.

@@ -1,5 +1,5 @@
-// The controller (RunLoop) on a launch::FakeProcessHost: stop rules, min_members, interrupts, resume
-// and retry counts across it, with a real store and journal but no process and no torch.
+// The controller (RunLoop) on a launch::FakeProcessHost: stop rules, min_members, interrupts,
+// resume and retry counts across it, with a real store and journal but no process and no torch.
 #include "loop/controller.h"
 
 #include <gtest/gtest.h>
@@ -10,14 +10,14 @@
 #include <map>
 
 #include "common/file_util.h"
-#include "loop/acquire/round_seeds.h"
-#include "loop/update/acquire_commit.h"
-#include "loop/acquire/acquisition.h"
 #include "launch/testing/fake_process_host.h"
-#include "loop/schedule/testing/fake_worker.h"
-#include "loop/run/journal.h"
+#include "loop/acquire/acquisition.h"
+#include "loop/acquire/round_seeds.h"
 #include "loop/config/testing/source_store.h"
+#include "loop/run/journal.h"
 #include "loop/run/run_dir.h"
+#include "loop/schedule/testing/fake_worker.h"
+#include "loop/update/acquire_commit.h"
 #include "store/import.h"
 #include "store/npy.h"
 #include "store/store.h"

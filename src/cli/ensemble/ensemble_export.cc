@@ -8,9 +8,9 @@
 #include <optional>
 #include <span>
 
+#include "cli/base/run_cli.h"
 #include "cli/ensemble/ensemble_loader_py.h"  // generated from python/cohort_ensemble.py
 #include "cli/ensemble/member_jobs.h"
-#include "cli/base/run_cli.h"
 #include "common/file_util.h"
 #include "common/time_text.h"
 #include "loop/ensemble/calibration.h"

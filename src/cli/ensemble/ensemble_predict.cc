@@ -10,14 +10,14 @@
 #include <memory>
 #include <thread>
 
+#include "cli/base/run_cli.h"
 #include "cli/ensemble/member_jobs.h"
 #include "cli/ensemble/npz_writer.h"
-#include "cli/base/run_cli.h"
 #include "common/file_util.h"
 #include "launch/device.h"
-#include "loop/ensemble/calibration.h"
-#include "loop/config/class_labels.h"
 #include "loop/acquire/uncertainty.h"
+#include "loop/config/class_labels.h"
+#include "loop/ensemble/calibration.h"
 #include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
 #include "loop/run/run_reader.h"

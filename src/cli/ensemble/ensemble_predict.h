@@ -1,7 +1,7 @@
 // `cohort predict RUN_DIR`: the ensemble of a round applied to new data. Every finished member
 // of the round runs `cohort-member predict` on the input, in parallel on the run's devices;
 // the members' probabilities are combined into the mean, the predicted class and per-sample
-// uncertainty (loop/ensemble_uncertainty.h), written as .npz or CSV (docs/cli.md). In a
+// uncertainty (loop/acquire/uncertainty.h), written as .npz or CSV (docs/cli.md). In a
 // regression run (the run's train table holds float targets: loop::RunTaskOf) the members'
 // means and variances are combined into the ensemble's mean and its total variance, split into
 // aleatoric and epistemic parts (loop::ComputeRegressionUncertainty).
@@ -12,7 +12,7 @@
 //
 // Calibration (classification runs): with --calibrate TABLE the members also predict a labelled
 // table they did not train on, a temperature is fitted to the ensemble mean there
-// (loop/calibration.h), and the output gains the calibrated probabilities; --temperature T
+// (loop/ensemble/calibration.h), and the output gains the calibrated probabilities; --temperature T
 // applies a temperature fitted before.
 #pragma once
 

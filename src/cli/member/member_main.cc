@@ -1,13 +1,13 @@
 // `cohort-member`: the commands that need libtorch (train, eval, predict, worker). Users run
 // them as `cohort train ...`; `cohort` execs this program with the same arguments.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
 
-#include "cli/member/member_command.h"
 #include "cli/base/run_cli.h"
+#include "cli/member/member_command.h"
 #include "common/status.h"
 
 #ifndef COHORT_VERSION

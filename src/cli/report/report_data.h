@@ -19,8 +19,8 @@
 #include "common/status.h"
 #include "loop/ensemble/calibration.h"
 #include "loop/ensemble/metrics.h"
-#include "loop/run/journal.h"
 #include "loop/ensemble/regression.h"
+#include "loop/run/journal.h"
 
 namespace cohort::cli {
 

@@ -141,7 +141,7 @@ struct MetricDef {
   const char* title;  // chart title: TITLE by round
   const char* label;  // axis label
   std::optional<double> loop::EnsembleTestMetrics::*field;
-  // The same metric of the calibrated ensemble (loop/calibration.h), or null.
+  // The same metric of the calibrated ensemble (loop/ensemble/calibration.h), or null.
   std::optional<double> loop::EnsembleTestMetrics::*calibrated = nullptr;
 };
 

@@ -5,7 +5,6 @@
 
 namespace cohort::launch {
 
-
 void FakeProcessHost::Program::OnStdinClosed(Process& process) { process.Exit(0); }
 void FakeProcessHost::Program::OnTerminate(Process& process) { process.Crash(SIGTERM); }
 

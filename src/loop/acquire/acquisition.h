@@ -8,7 +8,7 @@
 // with exactly equal scores (compared in double) are ordered by a seeded pseudo-random key,
 // so a selection depends only on the inputs and the seed, identically on every platform.
 // SelectTop is that selection on its own, for scores from any source (regression scores come
-// from loop/regression.h), optionally restricted to a band of scores.
+// from loop/ensemble/regression.h), optionally restricted to a band of scores.
 // docs/acquisition.md gives every strategy's formula.
 //
 // Thread-safety: pure functions over caller-owned memory; the view must stay valid (and

@@ -6,7 +6,6 @@
 namespace cohort::loop {
 namespace {
 
-
 enum class RegressionStrategy { kRandom, kMaxDeviation, kMeanDeviation, kVariance };
 
 struct NamedRegressionStrategy {
@@ -39,7 +38,6 @@ Result<RegressionStrategy> ParseRegressionStrategy(const std::string& name) {
   return Status::InvalidArgument("unknown regression acquisition strategy '" + name +
                                  "' (valid: " + valid + ")");
 }
-
 
 }  // namespace
 
@@ -110,6 +108,5 @@ Result<std::vector<double>> ScoreRegression(const std::string& strategy,
   }
   return scores;
 }
-
 
 }  // namespace cohort::loop

@@ -15,7 +15,6 @@
 
 namespace cohort::loop {
 
-
 // The strategy names ScoreRegression accepts: random, max_deviation, mean_deviation, variance.
 // The one list, for config checks and error messages.
 const std::vector<std::string>& RegressionStrategies();

@@ -244,7 +244,6 @@ TEST(RegressionTest, NoSamplesGiveZeroMetrics) {
   EXPECT_EQ(ScoreOk("max_deviation", t.view).size(), 0u);
 }
 
-
 TEST(RegressionScoresTest, InvalidPredictionsAreRefusedByEveryStrategy) {
   Table t = ThreeSamples();
   t.data[((1 * 3 + 2) * 2 + 0) * 2 + 1] = std::nanf("");  // member 1, sample 2, mean of d1

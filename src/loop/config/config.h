@@ -79,7 +79,7 @@ struct AcquisitionConfig {
   // Baal's max_sample): the members predict just those rows (PoolSampleOfRound); 0: all.
   int64_t pool_sample = 0;
   int pool_sample_line = 0;
-  // strategy "batchbald" (loop/batch_bald.h): the label configurations it keeps and the
+  // strategy "batchbald" (loop/acquire/batch_bald.h): the label configurations it keeps and the
   // top-BALD candidates it considers.
   BatchBaldOptions batch_bald;
   // Cold start: rounds 0 .. cold_start_rounds - 1 acquire by `cold_start_strategy` instead (an

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "loop/acquire/acquisition.h"
-#include "loop/ensemble/predictions.h"
 #include "loop/acquire/regression_scores.h"
+#include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
 #include "model/augment.h"
 #include "model/spec.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/ensemble/view.h"
 #include "loop/ensemble/metrics.h"
+#include "loop/ensemble/view.h"
 
 namespace cohort::loop {
 

@@ -1,8 +1,8 @@
 // Member prediction files read a block of rows at a time, so that checking and scoring a pool
 // of 10^7 rows holds one block per member (a few MiB) instead of every member's whole file
 // (400 MB each at 10 classes). The pool's files are checked this way when an attempt ends and
-// scored this way by every per-sample strategy (loop/acquire/stream_scores.h); BatchBALD and regression runs still stack the
-// files whole (loop/predictions.h).
+// scored this way by every per-sample strategy (loop/acquire/stream_scores.h); BatchBALD and
+// regression runs still stack the files whole (loop/ensemble/predictions.h).
 //
 // Thread-safety: a PredictionStream is used by one thread at a time; the functions are pure
 // over their arguments and the files.

@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "common/worker_protocol.h"
-#include "loop/ensemble/view.h"
 #include "loop/ensemble/prediction_stream.h"
 #include "loop/ensemble/regression.h"
+#include "loop/ensemble/view.h"
 #include "store/host_array.h"
 #include "store/npy.h"
 #include "store/schema.h"

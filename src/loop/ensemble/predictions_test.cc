@@ -6,9 +6,9 @@
 
 #include "common/splitmix.h"
 #include "common/worker_protocol.h"
+#include "loop/ensemble/prediction_stream.h"
 #include "loop/ensemble/testing/probability_files.h"
 #include "loop/ensemble/view.h"
-#include "loop/ensemble/prediction_stream.h"
 #include "store/host_array.h"
 #include "store/import.h"
 #include "store/npy.h"

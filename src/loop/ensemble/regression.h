@@ -1,17 +1,14 @@
-// Regression in the loop: scoring an unlabelled pool by how much the members disagree, and
-// metrics of every member and of the ensemble on a labelled table.
+// Regression in the loop: metrics of every member and of the ensemble on a labelled table, and
+// what the ensemble says about each sample (the mixture's mean and how its variance splits).
 //
-// The input is a read-only view of the members' predictions for one table: each regression
-// member's `cohort predict` output, float32 (n, 2, *target_shape) with the mean in [:, 0] and
-// the variance in [:, 1], stacked in member order. The target shape is flattened: `outputs`
-// is the product of its dimensions. A gaussian_nll member's variance is its own (> 0); an MSE
-// member's is its training residual variance, constant per component.
-//
-// The scores follow DP-GEN's "model deviation": a sample whose members' means spread widely
-// is one the ensemble has not learned; SelectTop (loop/acquisition.h) picks the best of them,
-// optionally within a band of trusted deviations. The metrics extend `cohort eval`'s RMSE and
-// Gaussian NLL with MAE, the NLL of the ensemble's mixture and the coverage of central
-// predictive intervals. docs/acquisition.md ("Regression") gives every formula.
+// The input is a RegressionPredictions view (loop/ensemble/view.h): each regression member's
+// `cohort predict` output, float32 (n, 2, *target_shape) with the mean in [:, 0] and the
+// variance in [:, 1], stacked in member order. A gaussian_nll member's variance is its own
+// (> 0); an MSE member's is its training residual variance, constant per component. The pool
+// scores (DP-GEN's model deviation) are loop/acquire/regression_scores.h. The metrics extend
+// `cohort eval`'s RMSE and Gaussian NLL with MAE, the NLL of the ensemble's mixture and the
+// coverage of central predictive intervals. docs/acquisition.md ("Regression") gives every
+// formula.
 //
 // Thread-safety: pure functions over caller-owned memory; the view must stay valid (and
 // unchanged) for the duration of a call. Concurrent calls are safe.

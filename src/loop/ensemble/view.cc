@@ -5,7 +5,6 @@
 
 namespace cohort::loop {
 
-
 std::string DescribePredictionRow(int64_t member, int64_t sample,
                                   std::span<const std::string> member_names,
                                   std::span<const uint64_t> sample_ids) {
@@ -89,7 +88,6 @@ Status ValidatePredictions(const EnsemblePredictions& predictions,
   }
   return Status::OK();
 }
-
 
 Result<RegressionPredictions> MakeRegressionPredictions(const std::vector<float>& data,
                                                         int64_t members, int64_t samples,

@@ -54,12 +54,11 @@ inline constexpr double kProbabilitySumTolerance = 1e-3;
 // kProbabilitySumTolerance; otherwise an InvalidArgument naming the member and sample: by
 // name and sample id when `member_names` / `sample_ids` give them (one per member / sample),
 // else by index ("member 0 row 3"). A view of rows first_row.. of a larger table (a block read
-// by loop/prediction_stream.h) names rows by their index in the table, and `sample_ids` holds
-// the whole table's ids.
+// by loop/ensemble/prediction_stream.h) names rows by their index in the table, and `sample_ids`
+// holds the whole table's ids.
 Status ValidatePredictions(const EnsemblePredictions& predictions,
                            std::span<const std::string> member_names = {},
                            std::span<const uint64_t> sample_ids = {}, int64_t first_row = 0);
-
 
 // The members' regression predictions for one table: data[((m * samples + i) * 2 + 0) *
 // outputs + d] is member m's mean of component d for sample i, and `+ 1` in place of `+ 0` its
@@ -93,6 +92,5 @@ Result<RegressionPredictions> MakeRegressionPredictions(const std::vector<float>
 Status ValidateRegressionPredictions(const RegressionPredictions& predictions,
                                      std::span<const std::string> member_names = {},
                                      std::span<const uint64_t> sample_ids = {});
-
 
 }  // namespace cohort::loop

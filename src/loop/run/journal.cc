@@ -184,7 +184,7 @@ ALTER TABLE rounds ADD COLUMN test_calibration REAL;
 
 // Version 6 added a classification round's calibration on the test table: the temperature fitted
 // to the ensemble mean there, and NLL and ECE at a temperature cross-fitted on the other half of
-// the table (loop/calibration.h).
+// the table (loop/ensemble/calibration.h).
 constexpr const char* kMigrateV5ToV6 = R"sql(
 ALTER TABLE rounds ADD COLUMN test_temperature REAL;
 ALTER TABLE rounds ADD COLUMN test_nll_calibrated REAL;

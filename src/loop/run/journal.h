@@ -107,7 +107,7 @@ struct EnsembleTestMetrics {
   std::optional<double> calibration_error;
   // Classification runs with at least 2 test rows: the temperature fitted to the ensemble mean
   // on the test table, and NLL and ECE calibrated without seeing the rows they score
-  // (CrossFitEnsembleTemperature, loop/calibration.h).
+  // (CrossFitEnsembleTemperature, loop/ensemble/calibration.h).
   std::optional<double> temperature;
   std::optional<double> nll_calibrated;
   std::optional<double> ece_calibrated;

@@ -66,8 +66,8 @@ struct RoundTrainTable {
 Result<RoundTrainTable> TrainTableOfRound(const RunReader& run, int64_t round);
 
 // The temperature the loop fitted to `round`'s ensemble on its test table (the journal's
-// rounds.test_temperature; loop/calibration.h): what `--calibrated` applies in `cohort predict`
-// and `cohort export`. Errors (one line): the round is not in the journal; it has none (a
+// rounds.test_temperature; loop/ensemble/calibration.h): what `--calibrated` applies in `cohort
+// predict` and `cohort export`. Errors (one line): the round is not in the journal; it has none (a
 // regression run, a test table of fewer than 2 rows, a round an older cohort finished).
 Result<double> RoundTemperature(const RunReader& run, int64_t round);
 

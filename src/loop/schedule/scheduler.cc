@@ -60,9 +60,9 @@ struct Scheduler::Attempt {
   uint64_t log_offset = 0;  // the worker log's size when the attempt started
   json train_done;          // the `done` event of the training
   double predict_seconds = 0;
-  std::string timeout_reason;       // set when the controller killed it for overrunning
+  std::string timeout_reason;               // set when the controller killed it for overrunning
   std::optional<launch::ProcessId> script;  // an outside-script member's process
-  std::string script_error;         // the message of an `error` event it printed
+  std::string script_error;                 // the message of an `error` event it printed
   bool is_script() const { return task.member->is_script(); }
 };
 
@@ -340,17 +340,18 @@ Status Scheduler::StartScript(Slot& slot) {
 
 Status Scheduler::SendNext(Slot& slot) {
   Attempt& a = *slot.attempt;
-  AttemptCommandContext context{.store = paths_.store(),
-                                .generation = generation_,
-                                .round = round_,
-                                .member = a.task.member,
-                                .attempt = a.number,
-                                .attempt_dir = paths_.Absolute(a.dir),
-                                .warm_start_from = a.task.warm_start_from,
-                                .tables = &config_->store,
-                                .classes = shape_.classes,
-                                .pool_sample = config_->acquisition.pool_sample,
-                                .pool_sample_seed = PoolSampleSeed(config_->acquisition.seed, round_)};
+  AttemptCommandContext context{
+      .store = paths_.store(),
+      .generation = generation_,
+      .round = round_,
+      .member = a.task.member,
+      .attempt = a.number,
+      .attempt_dir = paths_.Absolute(a.dir),
+      .warm_start_from = a.task.warm_start_from,
+      .tables = &config_->store,
+      .classes = shape_.classes,
+      .pool_sample = config_->acquisition.pool_sample,
+      .pool_sample_seed = PoolSampleSeed(config_->acquisition.seed, round_)};
   json command = WorkerCommand(a.step, context);
   a.command_id = command["id"].get<std::string>();
   a.command_started = host_->Now();
@@ -632,7 +633,8 @@ void Scheduler::CheckDeadlines() {
   auto now = host_->Now();
   for (auto& slot : slots_) {
     if (!slot->attempt || !slot->attempt->timeout_reason.empty()) continue;
-    std::optional<launch::ProcessId> process = slot->attempt->script ? slot->attempt->script : slot->worker;
+    std::optional<launch::ProcessId> process =
+        slot->attempt->script ? slot->attempt->script : slot->worker;
     if (!process) continue;
     if (now - slot->attempt->started > options_.attempt_timeout) {
       slot->attempt->timeout_reason =

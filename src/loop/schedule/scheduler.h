@@ -40,13 +40,13 @@
 
 #include "common/status.h"
 #include "launch/device.h"
+#include "launch/process_host.h"
 #include "launch/subprocess.h"
 #include "loop/config/config.h"
-#include "loop/run/journal.h"
 #include "loop/ensemble/predictions.h"
-#include "launch/process_host.h"
-#include "loop/schedule/progress.h"
+#include "loop/run/journal.h"
 #include "loop/run/run_dir.h"
+#include "loop/schedule/progress.h"
 
 namespace cohort::loop {
 

@@ -1,4 +1,5 @@
-// The Scheduler on a launch::FakeProcessHost: retries, timeouts, kills and interrupts in virtual time.
+// The Scheduler on a launch::FakeProcessHost: retries, timeouts, kills and interrupts in virtual
+// time.
 #include "loop/schedule/scheduler.h"
 
 #include <fmt/format.h>
@@ -12,10 +13,10 @@
 
 #include "common/worker_protocol.h"
 #include "launch/testing/fake_process_host.h"
-#include "loop/schedule/testing/fake_worker.h"
 #include "loop/config/testing/source_store.h"
-#include "loop/schedule/testing/recording_observer.h"
 #include "loop/run/run_dir.h"
+#include "loop/schedule/testing/fake_worker.h"
+#include "loop/schedule/testing/recording_observer.h"
 
 namespace cohort::loop {
 namespace {
@@ -41,7 +42,8 @@ class SchedulerTest : public ::testing::Test {
     auto run = OpenRunDir(config_, text_);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
     run_ = std::move(*run);
-    host_ = std::make_unique<launch::FakeProcessHost>(FakeWorkerFactory(worker_), milliseconds(5000));
+    host_ =
+        std::make_unique<launch::FakeProcessHost>(FakeWorkerFactory(worker_), milliseconds(5000));
     SchedulerOptions options;
     options.devices = config_.devices;
     options.member_binary = "cohort-member";

@@ -11,14 +11,14 @@
 #include "common/worker_protocol.h"
 #include "loop/acquire/acquisition.h"
 #include "loop/acquire/batch_bald.h"
-#include "loop/run/crash_point.h"
-#include "loop/update/oracle.h"
+#include "loop/acquire/regression_scores.h"
 #include "loop/acquire/round_seeds.h"
 #include "loop/acquire/stream_scores.h"
 #include "loop/ensemble/prediction_stream.h"
 #include "loop/ensemble/predictions.h"
-#include "loop/acquire/regression_scores.h"
 #include "loop/ensemble/regression.h"
+#include "loop/run/crash_point.h"
+#include "loop/update/oracle.h"
 #include "store/store.h"
 #include "store/transaction.h"
 
@@ -59,13 +59,12 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   }
   // With pool_sample the members predicted only the round's sample: index i is pool row
   // (*sample)[i].
-  const std::optional<std::vector<uint64_t>> sample =
-      PoolSampleOfRound(c.config->acquisition.pool_sample, c.config->acquisition.seed, round,
-                        pool.size());
+  const std::optional<std::vector<uint64_t>> sample = PoolSampleOfRound(
+      c.config->acquisition.pool_sample, c.config->acquisition.seed, round, pool.size());
   const uint64_t rows = sample ? sample->size() : pool.size();
   const AcquisitionConfig& acquisition = c.config->acquisition;
   const bool batchbald = acquisition.StrategyOfRound(round) == "batchbald";
-  // Per-sample strategies score the files a block at a time (loop/prediction_stream.h);
+  // Per-sample strategies score the files a block at a time (loop/ensemble/prediction_stream.h);
   // BatchBALD and regression runs stack them whole.
   StackedPredictions stacked;
   if (!random && c.task.regression) {

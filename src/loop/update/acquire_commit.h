@@ -19,8 +19,8 @@
 
 #include "common/status.h"
 #include "loop/config/config.h"
-#include "loop/run/journal.h"
 #include "loop/ensemble/predictions.h"
+#include "loop/run/journal.h"
 #include "loop/run/run_dir.h"
 #include "loop/schedule/scheduler.h"
 #include "store/env.h"

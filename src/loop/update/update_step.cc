@@ -14,9 +14,9 @@
 #include <system_error>
 
 #include "loop/config/class_labels.h"
+#include "loop/ensemble/predictions.h"
 #include "loop/run/crash_point.h"
 #include "loop/update/oracle.h"
-#include "loop/ensemble/predictions.h"
 #include "loop/update/pseudo_label.h"
 #include "loop/update/relabel_or_drop.h"
 #include "store/import.h"

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/update/acquire_commit.h"
-#include "loop/update/change_set.h"
 #include "loop/config/config.h"
 #include "loop/schedule/scheduler.h"
+#include "loop/update/acquire_commit.h"
+#include "loop/update/change_set.h"
 
 namespace cohort::loop {
 

@@ -13,7 +13,8 @@
 namespace cohort::loop::testing {
 
 // Seeded probability rows of `shape`, (rows, classes) or (passes, rows, classes).
-inline void WriteRandomProbabilities(const std::string& path, std::vector<uint64_t> shape, uint64_t seed) {
+inline void WriteRandomProbabilities(const std::string& path, std::vector<uint64_t> shape,
+                                     uint64_t seed) {
   store::HostArray a(store::Dtype::kFloat32, shape);
   const uint64_t classes = shape.back();
   float* p = a.as<float>();

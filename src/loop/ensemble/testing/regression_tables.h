@@ -40,7 +40,8 @@ inline Table ThreeSamples() {
 }
 inline const std::vector<float> kThreeTargets = {1.5f, 0, 1, 0.5f, 2, 0};
 
-inline void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+inline void ExpectNear(const std::vector<double>& got, const std::vector<double>& want,
+                       double tol) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], tol) << "index " << i;
 }

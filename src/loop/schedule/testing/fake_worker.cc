@@ -188,16 +188,16 @@ std::vector<float> DefaultFakePredictions(const store::Table& table, int64_t cla
 }
 
 launch::FakeProcessHost::Factory FakeWorkerFactory(FakeWorkerOptions options,
-                                           const launch::FakeProcessHost::Factory& other) {
+                                                   const launch::FakeProcessHost::Factory& other) {
   auto shared = std::make_shared<FakeWorkerOptions>(std::move(options));
-  return
-      [shared, other](const launch::SpawnSpec& spec) -> std::unique_ptr<launch::FakeProcessHost::Program> {
-        if (spec.argv.size() > 1 && spec.argv[1] == "worker") {
-          // The options outlive every worker: the factory (holding them) lives in the host.
-          return std::make_unique<FakeWorker>(*shared);
-        }
-        return other ? other(spec) : nullptr;
-      };
+  return [shared, other](
+             const launch::SpawnSpec& spec) -> std::unique_ptr<launch::FakeProcessHost::Program> {
+    if (spec.argv.size() > 1 && spec.argv[1] == "worker") {
+      // The options outlive every worker: the factory (holding them) lives in the host.
+      return std::make_unique<FakeWorker>(*shared);
+    }
+    return other ? other(spec) : nullptr;
+  };
 }
 
 }  // namespace cohort::loop

@@ -1,8 +1,8 @@
-// FakeWorker: a launch::FakeProcessHost program that speaks the worker protocol (docs/protocol.md) the
-// way `cohort-member worker` does, with scripted behaviour per member, round and attempt:
-// train for a while and finish, answer with an error event, crash, or hang. Its predictions
-// are real .npy files computed from the store's tables, so the controller's ensemble and
-// acquisition steps run on them unchanged. For scheduler and controller unit tests.
+// FakeWorker: a launch::FakeProcessHost program that speaks the worker protocol (docs/protocol.md)
+// the way `cohort-member worker` does, with scripted behaviour per member, round and attempt: train
+// for a while and finish, answer with an error event, crash, or hang. Its predictions are real .npy
+// files computed from the store's tables, so the controller's ensemble and acquisition steps run on
+// them unchanged. For scheduler and controller unit tests.
 //
 // Thread-safety: as launch::FakeProcessHost.
 #pragma once
@@ -50,8 +50,8 @@ struct FakeWorkerOptions {
 
 // A factory for launch::FakeProcessHost: argv[1] == "worker" gets a FakeWorker; anything else is
 // handed to `other` (outside scripts, oracles), or cannot be started when `other` is null.
-launch::FakeProcessHost::Factory FakeWorkerFactory(FakeWorkerOptions options,
-                                           const launch::FakeProcessHost::Factory& other = nullptr);
+launch::FakeProcessHost::Factory FakeWorkerFactory(
+    FakeWorkerOptions options, const launch::FakeProcessHost::Factory& other = nullptr);
 
 // The default predictions of FakeWorkerOptions::predict.
 std::vector<float> DefaultFakePredictions(const store::Table& table, int64_t classes);
