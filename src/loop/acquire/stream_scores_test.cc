@@ -8,6 +8,7 @@
 #include "loop/ensemble/testing/probability_files.h"
 #include "store/import.h"
 #include "store/npy.h"
+#include "store/test_util.h"
 
 namespace cohort::loop {
 namespace {
@@ -15,16 +16,16 @@ namespace {
 namespace fs = std::filesystem;
 using testing::WriteRandomProbabilities;
 
-std::string Scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("cohort-stream-scores-test-" + name);
-  fs::remove_all(dir);
+// A fresh, empty directory for the running test.
+std::string Scratch() {
+  const std::string dir = store::testing::ScratchDir();
   fs::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 // 20,000 rows: more than two blocks of kPredictionBlockRows.
 TEST(StreamScoresTest, StreamedScoresEqualTheScoresOfTheStackedFiles) {
-  const std::string dir = Scratch("stream");
+  const std::string dir = Scratch();
   const uint64_t rows = 20000;
   WriteRandomProbabilities(dir + "/a.npy", {rows, 4}, 1);
   WriteRandomProbabilities(dir + "/b-passes.npy", {3, rows, 4}, 2);
@@ -44,7 +45,7 @@ TEST(StreamScoresTest, StreamedScoresEqualTheScoresOfTheStackedFiles) {
 }
 
 TEST(StreamScoresTest, ABadRowInALaterBlockIsNamedByItsRowInTheTable) {
-  const std::string dir = Scratch("bad");
+  const std::string dir = Scratch();
   const uint64_t rows = 20000;
   WriteRandomProbabilities(dir + "/p.npy", {rows, 4}, 5);
   store::HostArray a = *store::ReadNpyFile(dir + "/p.npy");

@@ -15,22 +15,11 @@ namespace {
 using testing::ExpectNear;
 using testing::kThreeTargets;
 using testing::MakeTable;
+using testing::MetricsOk;
+using testing::Observed;
 using testing::Reordered;
 using testing::Table;
 using testing::ThreeSamples;
-
-EnsembleRegressionMetrics MetricsOk(const RegressionPredictions& p,
-                                    const std::vector<float>& targets) {
-  auto r = ComputeRegressionMetrics(p, targets);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : EnsembleRegressionMetrics{};
-}
-
-std::vector<double> Observed(const RegressionMetrics& m) {
-  std::vector<double> out;
-  for (const auto& [nominal, observed] : m.coverage) out.push_back(observed);
-  return out;
-}
 
 TEST(RegressionTest, ViewAccessorsFollowTheStackedLayout) {
   Table t = ThreeSamples();

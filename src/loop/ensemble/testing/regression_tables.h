@@ -1,11 +1,12 @@
 // Regression prediction tables for the loop's unit tests: a view that owns its data, the
-// three-sample ensemble the metric and score tests share, and comparisons.
+// three-sample ensemble the metric and score tests share, their metrics, and comparisons.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "loop/ensemble/regression.h"
 #include "loop/ensemble/view.h"
 
 namespace cohort::loop::testing {
@@ -56,6 +57,21 @@ inline Table Reordered(const Table& t, const std::vector<int64_t>& order) {
                 t.data.begin() + static_cast<std::ptrdiff_t>((m + 1) * block));
   }
   return MakeTable(std::move(data), p.members, p.samples, p.outputs);
+}
+
+// The metrics of `p` against `targets`, failing the test on an error.
+inline EnsembleRegressionMetrics MetricsOk(const RegressionPredictions& p,
+                                           const std::vector<float>& targets) {
+  auto r = ComputeRegressionMetrics(p, targets);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : EnsembleRegressionMetrics{};
+}
+
+// The observed coverage at each of kCoverageLevels.
+inline std::vector<double> Observed(const RegressionMetrics& m) {
+  std::vector<double> out;
+  for (const auto& [nominal, observed] : m.coverage) out.push_back(observed);
+  return out;
 }
 
 }  // namespace cohort::loop::testing
