@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(members), static_cast<long long>(samples),
               static_cast<long long>(classes));
   std::printf("%-16s %10s\n", "strategy", "ms");
-  for (const std::string& s : cohort::loop::AcquisitionStrategies()) {
+  for (const std::string& s :
+       cohort::loop::StrategyNames(cohort::loop::StrategyTask::kClassification)) {
     if (s == "batchbald") continue;
     auto start = std::chrono::steady_clock::now();
     auto picks = cohort::loop::Acquire(s, *view, 1000, 1);

@@ -11,8 +11,8 @@
 
 #include "common/file_util.h"
 #include "launch/testing/fake_process_host.h"
-#include "loop/acquire/acquisition.h"
 #include "loop/acquire/round_seeds.h"
+#include "loop/acquire/selection.h"
 #include "loop/config/testing/source_store.h"
 #include "loop/run/journal.h"
 #include "loop/run/run_dir.h"

@@ -186,6 +186,83 @@ std::string EffectiveLabelType(const ImportArgs& a, const store::Transaction& tx
   return a.label_type;
 }
 
+// What an import read: features, labels (when the files hold any) and the file it names.
+struct ImportedArrays {
+  HostArray x;
+  HostArray y;
+  bool has_labels = true;
+  std::string source;
+};
+
+Result<ImportedArrays> ReadNpySource(const ImportArgs& a, const std::string& label_type) {
+  ImportedArrays in;
+  COHORT_ASSIGN_OR_RETURN(HostArray raw_x, store::ReadNpyFile(a.npy[0]));
+  COHORT_ASSIGN_OR_RETURN(in.x, store::ToStoreFeatures(std::move(raw_x), a.npy[0]));
+  COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, in.x, a.npy[0], "features"));
+  in.source = a.npy[0];
+  if (a.npy.size() != 2) {
+    in.has_labels = false;
+    return in;
+  }
+  COHORT_ASSIGN_OR_RETURN(HostArray raw_y, store::ReadNpyFile(a.npy[1]));
+  bool integral = raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
+  bool as_class = label_type == "class" || (label_type == "auto" && integral);
+  if (as_class) {
+    COHORT_ASSIGN_OR_RETURN(in.y, store::ToClassLabels(std::move(raw_y), a.npy[1]));
+    COHORT_RETURN_IF_ERROR(store::CheckClassLabels(in.y, a.classes, a.npy[1]));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(in.y, store::ToVectorLabels(std::move(raw_y), a.npy[1]));
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, in.y, a.npy[1], "labels"));
+  }
+  if (in.y.rows() != in.x.rows()) {
+    return Status::InvalidArgument(fmt::format("{} has {} samples but {} has {}", a.npy[0],
+                                               in.x.rows(), a.npy[1], in.y.rows()));
+  }
+  return in;
+}
+
+Result<ImportedArrays> ReadImportSource(const ImportArgs& a, const std::string& label_type) {
+  ImportedArrays in;
+  if (!a.idx.empty()) {
+    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1], a.classes));
+    in.x = std::move(pair.first);
+    in.y = std::move(pair.second);
+    in.source = a.idx[0];
+    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, in.x, a.idx[0], "features"));
+    return in;
+  }
+  if (!a.npy.empty()) return ReadNpySource(a, label_type);
+  if (a.label_column.empty()) {
+    return Status::InvalidArgument("--csv needs --label-column NAME");
+  }
+  store::CsvOptions opts;
+  opts.label_column = a.label_column;
+  if (label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
+  if (label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
+  opts.classes = a.classes;
+  opts.allow_non_finite = a.allow_non_finite;
+  COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadCsvDataset(a.csv, opts));
+  in.x = std::move(pair.first);
+  in.y = std::move(pair.second);
+  in.source = a.csv;
+  return in;
+}
+
+store::TableSchema SchemaOf(const ImportedArrays& in) {
+  store::TableSchema schema;
+  schema.feature_dtype = in.x.dtype;
+  schema.feature_shape = in.x.row_shape();
+  if (!in.has_labels) {
+    schema.label_kind = store::LabelKind::kNone;
+  } else if (in.y.dtype == store::Dtype::kInt64) {
+    schema.label_kind = store::LabelKind::kClass;
+  } else {
+    schema.label_kind = store::LabelKind::kVector;
+    schema.label_shape = in.y.row_shape();
+  }
+  return schema;
+}
+
 Status RunImport(const ImportArgs& a) {
   int sources = !a.idx.empty() + !a.npy.empty() + !a.csv.empty();
   if (sources != 1) {
@@ -200,92 +277,31 @@ Status RunImport(const ImportArgs& a) {
   }
   // The writer lock first: the table's kind decides how `auto` labels are read.
   COHORT_ASSIGN_OR_RETURN(auto txn, BeginWriting(a.store));
-  const std::string label_type = EffectiveLabelType(a, *txn);
-  HostArray x;
-  HostArray y;
-  bool has_labels = true;
-  std::string source;
-  if (!a.idx.empty()) {
-    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadIdxDataset(a.idx[0], a.idx[1], a.classes));
-    x = std::move(pair.first);
-    y = std::move(pair.second);
-    source = a.idx[0];
-    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.idx[0], "features"));
-  } else if (!a.npy.empty()) {
-    COHORT_ASSIGN_OR_RETURN(HostArray raw_x, store::ReadNpyFile(a.npy[0]));
-    COHORT_ASSIGN_OR_RETURN(x, store::ToStoreFeatures(std::move(raw_x), a.npy[0]));
-    COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, x, a.npy[0], "features"));
-    source = a.npy[0];
-    if (a.npy.size() == 2) {
-      COHORT_ASSIGN_OR_RETURN(HostArray raw_y, store::ReadNpyFile(a.npy[1]));
-      bool integral =
-          raw_y.dtype != store::Dtype::kFloat32 && raw_y.dtype != store::Dtype::kFloat64;
-      bool as_class = label_type == "class" || (label_type == "auto" && integral);
-      if (as_class) {
-        COHORT_ASSIGN_OR_RETURN(y, store::ToClassLabels(std::move(raw_y), a.npy[1]));
-        COHORT_RETURN_IF_ERROR(store::CheckClassLabels(y, a.classes, a.npy[1]));
-      } else {
-        COHORT_ASSIGN_OR_RETURN(y, store::ToVectorLabels(std::move(raw_y), a.npy[1]));
-        COHORT_RETURN_IF_ERROR(CheckFiniteUnlessAllowed(a, y, a.npy[1], "labels"));
-      }
-      if (y.rows() != x.rows()) {
-        return Status::InvalidArgument(
-            fmt::format("{} has {} samples but {} has {}", a.npy[0], x.rows(), a.npy[1], y.rows()));
-      }
-    } else {
-      has_labels = false;
-    }
-  } else {
-    if (a.label_column.empty()) {
-      return Status::InvalidArgument("--csv needs --label-column NAME");
-    }
-    store::CsvOptions opts;
-    opts.label_column = a.label_column;
-    if (label_type == "class") opts.label_type = store::CsvOptions::LabelType::kClass;
-    if (label_type == "vector") opts.label_type = store::CsvOptions::LabelType::kVector;
-    opts.classes = a.classes;
-    opts.allow_non_finite = a.allow_non_finite;
-    COHORT_ASSIGN_OR_RETURN(auto pair, store::ReadCsvDataset(a.csv, opts));
-    x = std::move(pair.first);
-    y = std::move(pair.second);
-    source = a.csv;
-  }
-  if (a.classes > 0 && has_labels && y.dtype != store::Dtype::kInt64) {
+  COHORT_ASSIGN_OR_RETURN(ImportedArrays in, ReadImportSource(a, EffectiveLabelType(a, *txn)));
+  if (a.classes > 0 && in.has_labels && in.y.dtype != store::Dtype::kInt64) {
     return Status::InvalidArgument(
         fmt::format("--classes {}: {} holds regression targets, not class labels", a.classes,
-                    a.npy.size() == 2 ? a.npy[1] : source));
+                    a.npy.size() == 2 ? a.npy[1] : in.source));
   }
   if (a.limit > 0) {
-    x.TruncateRows(a.limit);
-    if (has_labels) y.TruncateRows(a.limit);
+    in.x.TruncateRows(a.limit);
+    if (in.has_labels) in.y.TruncateRows(a.limit);
   }
-
-  store::TableSchema schema;
-  schema.feature_dtype = x.dtype;
-  schema.feature_shape = x.row_shape();
-  if (!has_labels) {
-    schema.label_kind = store::LabelKind::kNone;
-  } else if (y.dtype == store::Dtype::kInt64) {
-    schema.label_kind = store::LabelKind::kClass;
-  } else {
-    schema.label_kind = store::LabelKind::kVector;
-    schema.label_shape = y.row_shape();
-  }
-
+  const store::TableSchema schema = SchemaOf(in);
   if (!txn->HasTable(a.table)) {
     COHORT_RETURN_IF_ERROR(txn->CreateTable(a.table, schema));
   } else {
     COHORT_ASSIGN_OR_RETURN(auto have, txn->Schema(a.table));
     if (!(have == schema)) {
       return Status::InvalidArgument(fmt::format("schema mismatch: table {} has {}, {} has {}",
-                                                 a.table, have.ToString(), source,
+                                                 a.table, have.ToString(), in.source,
                                                  schema.ToString()));
     }
   }
-  COHORT_ASSIGN_OR_RETURN(auto ids, txn->Append(a.table, x, has_labels ? &y : nullptr));
-  std::string note =
-      a.note.empty() ? fmt::format("import {} samples into {} from {}", ids.size(), a.table, source)
-                     : a.note;
+  COHORT_ASSIGN_OR_RETURN(auto ids, txn->Append(a.table, in.x, in.has_labels ? &in.y : nullptr));
+  std::string note = a.note.empty() ? fmt::format("import {} samples into {} from {}", ids.size(),
+                                                  a.table, in.source)
+                                    : a.note;
   COHORT_ASSIGN_OR_RETURN(uint64_t gen, txn->Commit(note));
   fmt::print("imported {} samples into table {} (ids {}..{}): generation {}\n", ids.size(), a.table,
              ids.front(), ids.back(), gen);
@@ -564,34 +580,29 @@ CLI::Validator WholeNumber() {
       "UINT");
 }
 
-}  // namespace
+// The data commands' options: they live as long as the App, and the chosen command's action
+// reads the parsed values.
+struct DataOptions {
+  std::string store;
+  std::string dst;
+  std::string table;
+  std::optional<uint64_t> generation;
+  bool json = false;
+  bool list_ids = false;
+  uint64_t gen_a = 0;
+  uint64_t gen_b = 0;
+  uint64_t keep = 0;
+  std::string ids;
+  std::string ids_file;
+  std::string out;
+  std::string note;
+  double threshold = 0.3;
+  ImportArgs import;
+  SplitArgs split;
+};
 
-void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
-  CLI::App* data = app.add_subcommand("data", "Create, inspect and change a dataset store");
-  data->require_subcommand(1);
-
-  // Options live as long as the App: parsed values are read by the chosen action.
-  struct Options {
-    std::string store;
-    std::string dst;
-    std::string table;
-    std::optional<uint64_t> generation;
-    bool json = false;
-    bool list_ids = false;
-    uint64_t gen_a = 0;
-    uint64_t gen_b = 0;
-    uint64_t keep = 0;
-    std::string ids;
-    std::string ids_file;
-    std::string out;
-    std::string note;
-    double threshold = 0.3;
-    ImportArgs import;
-    SplitArgs split;
-  };
-  auto o = std::make_shared<Options>();
-
-  auto* init = data->add_subcommand("init", "Create an empty store");
+void AddInitCommand(CLI::App* init, const std::shared_ptr<DataOptions>& o,
+                    std::function<Status()>* run) {
   init->add_option("STORE", o->store, "Store directory")->required();
   init->callback([o, run] {
     *run = [o] {
@@ -600,9 +611,10 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       return Status::OK();
     };
   });
+}
 
-  auto* imp =
-      data->add_subcommand("import", "Append samples from IDX, .npy or CSV files to a table");
+void AddImportCommand(CLI::App* imp, const std::shared_ptr<DataOptions>& o,
+                      std::function<Status()>* run) {
   imp->add_option("STORE", o->import.store, "Store directory")->required();
   imp->add_option("--table,-t", o->import.table, "Table to append to (created if missing)")
       ->required();
@@ -622,20 +634,26 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       ->check(WholeNumber());
   imp->add_option("--note", o->import.note, "Note recorded with the commit");
   imp->callback([o, run] { *run = [o] { return RunImport(o->import); }; });
+}
 
-  auto* info = data->add_subcommand("info", "Show a generation's tables");
+void AddInfoCommand(CLI::App* info, const std::shared_ptr<DataOptions>& o,
+                    std::function<Status()>* run) {
   info->add_option("STORE", o->store, "Store directory")->required();
   info->add_option("--generation,-g", o->generation, "Generation (default: current)")
       ->check(WholeNumber());
   info->add_flag("--json", o->json, "Print JSON");
   info->callback([o, run] { *run = [o] { return RunInfo(o->store, o->generation, o->json); }; });
+}
 
-  auto* log = data->add_subcommand("log", "List generations with their notes, newest first");
+void AddLogCommand(CLI::App* log, const std::shared_ptr<DataOptions>& o,
+                   std::function<Status()>* run) {
   log->add_option("STORE", o->store, "Store directory")->required();
   log->add_flag("--json", o->json, "Print JSON");
   log->callback([o, run] { *run = [o] { return RunLog(o->store, o->json); }; });
+}
 
-  auto* diff = data->add_subcommand("diff", "Show samples added and removed between generations");
+void AddDiffCommand(CLI::App* diff, const std::shared_ptr<DataOptions>& o,
+                    std::function<Status()>* run) {
   diff->add_option("STORE", o->store, "Store directory")->required();
   diff->add_option("A", o->gen_a, "From generation")->check(WholeNumber())->required();
   diff->add_option("B", o->gen_b, "To generation")->check(WholeNumber())->required();
@@ -644,9 +662,10 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   diff->callback([o, run] {
     *run = [o] { return RunDiff(o->store, o->gen_a, o->gen_b, o->json, o->list_ids); };
   });
+}
 
-  auto* split = data->add_subcommand(
-      "split", "Move a seeded random (or given) set of samples between tables");
+void AddSplitCommand(CLI::App* split, const std::shared_ptr<DataOptions>& o,
+                     std::function<Status()>* run) {
   split->add_option("STORE", o->split.store, "Store directory")->required();
   split->add_option("--from", o->split.from, "Source table")->required();
   split->add_option("--to", o->split.to, "Destination table (created if missing)")->required();
@@ -657,8 +676,10 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   split->add_option("--seed", o->split.seed, "Random seed (default 0)")->check(WholeNumber());
   split->add_option("--note", o->split.note, "Note recorded with the commit");
   split->callback([o, run] { *run = [o] { return RunSplit(o->split); }; });
+}
 
-  auto* remove = data->add_subcommand("remove", "Remove samples from a table by id");
+void AddRemoveCommand(CLI::App* remove, const std::shared_ptr<DataOptions>& o,
+                      std::function<Status()>* run) {
   remove->add_option("STORE", o->store, "Store directory")->required();
   remove->add_option("--table,-t", o->table, "Table")->required();
   remove->add_option("--ids", o->ids, "Comma-separated sample ids");
@@ -667,31 +688,35 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
   remove->callback([o, run] {
     *run = [o] { return RunRemove(o->store, o->table, o->ids, o->ids_file, o->note); };
   });
+}
 
-  auto* verify =
-      data->add_subcommand("verify", "Check every checksum and reference; non-zero exit on damage");
+void AddVerifyCommand(CLI::App* verify, const std::shared_ptr<DataOptions>& o,
+                      std::function<Status()>* run) {
   verify->add_option("STORE", o->store, "Store directory")->required();
   verify->add_option("--generation,-g", o->generation, "Only this generation (default: all)")
       ->check(WholeNumber());
   verify->callback([o, run] { *run = [o] { return RunVerify(o->store, o->generation); }; });
+}
 
-  auto* compact =
-      data->add_subcommand("compact", "Rewrite tables whose dead rows pass a threshold");
+void AddCompactCommand(CLI::App* compact, const std::shared_ptr<DataOptions>& o,
+                       std::function<Status()>* run) {
   compact->add_option("STORE", o->store, "Store directory")->required();
   compact->add_option("--threshold", o->threshold,
                       "Dead fraction above which a table is rewritten (default 0.3)");
   compact->callback([o, run] { *run = [o] { return RunCompact(o->store, o->threshold); }; });
+}
 
-  auto* prune = data->add_subcommand(
-      "prune", "Delete all but the newest generations and the files only they used");
+void AddPruneCommand(CLI::App* prune, const std::shared_ptr<DataOptions>& o,
+                     std::function<Status()>* run) {
   prune->add_option("STORE", o->store, "Store directory")->required();
   prune->add_option("--keep", o->keep, "Number of newest generations to keep")
       ->check(WholeNumber())
       ->required();
   prune->callback([o, run] { *run = [o] { return RunPrune(o->store, o->keep); }; });
+}
 
-  auto* exp =
-      data->add_subcommand("export", "Write a table as PREFIX.x.npy, PREFIX.y.npy, PREFIX.ids.npy");
+void AddExportCommand(CLI::App* exp, const std::shared_ptr<DataOptions>& o,
+                      std::function<Status()>* run) {
   exp->add_option("STORE", o->store, "Store directory")->required();
   exp->add_option("--table,-t", o->table, "Table")->required();
   exp->add_option("--out,-o", o->out, "Output prefix")->required();
@@ -699,9 +724,10 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       ->check(WholeNumber());
   exp->callback(
       [o, run] { *run = [o] { return RunExport(o->store, o->table, o->out, o->generation); }; });
+}
 
-  auto* clone =
-      data->add_subcommand("clone", "Make a new store starting at a generation of another");
+void AddCloneCommand(CLI::App* clone, const std::shared_ptr<DataOptions>& o,
+                     std::function<Status()>* run) {
   clone->add_option("SRC", o->store, "Source store")->required();
   clone->add_option("DST", o->dst, "New store directory")->required();
   clone->add_option("--generation,-g", o->generation, "Generation (default: current)")
@@ -713,6 +739,40 @@ void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
       return Status::OK();
     };
   });
+}
+
+// The data subcommands, one row each: a new one is its Add function and a row.
+struct DataTool {
+  const char* name;
+  const char* help;
+  void (*add)(CLI::App* command, const std::shared_ptr<DataOptions>& o,
+              std::function<Status()>* run);
+};
+const DataTool kDataTools[] = {
+    {"init", "Create an empty store", AddInitCommand},
+    {"import", "Append samples from IDX, .npy or CSV files to a table", AddImportCommand},
+    {"info", "Show a generation's tables", AddInfoCommand},
+    {"log", "List generations with their notes, newest first", AddLogCommand},
+    {"diff", "Show samples added and removed between generations", AddDiffCommand},
+    {"split", "Move a seeded random (or given) set of samples between tables", AddSplitCommand},
+    {"remove", "Remove samples from a table by id", AddRemoveCommand},
+    {"verify", "Check every checksum and reference; non-zero exit on damage", AddVerifyCommand},
+    {"compact", "Rewrite tables whose dead rows pass a threshold", AddCompactCommand},
+    {"prune", "Delete all but the newest generations and the files only they used",
+     AddPruneCommand},
+    {"export", "Write a table as PREFIX.x.npy, PREFIX.y.npy, PREFIX.ids.npy", AddExportCommand},
+    {"clone", "Make a new store starting at a generation of another", AddCloneCommand},
+};
+
+}  // namespace
+
+void AddDataCommands(CLI::App& app, std::function<Status()>* run) {
+  CLI::App* data = app.add_subcommand("data", "Create, inspect and change a dataset store");
+  data->require_subcommand(1);
+  auto o = std::make_shared<DataOptions>();
+  for (const DataTool& tool : kDataTools) {
+    tool.add(data->add_subcommand(tool.name, tool.help), o, run);
+  }
 }
 
 }  // namespace cohort::cli

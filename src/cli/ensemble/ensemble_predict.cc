@@ -15,11 +15,11 @@
 #include "cli/ensemble/npz_writer.h"
 #include "common/file_util.h"
 #include "launch/device.h"
-#include "loop/acquire/uncertainty.h"
 #include "loop/config/class_labels.h"
 #include "loop/ensemble/calibration.h"
 #include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
+#include "loop/ensemble/uncertainty.h"
 #include "loop/run/run_reader.h"
 #include "store/import.h"
 #include "store/snapshot.h"
@@ -227,10 +227,8 @@ Status WriteRegressionNpz(const std::string& path, const loop::RegressionUncerta
                              {std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))});
 }
 
-}  // namespace
-
-Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
-  const auto started = std::chrono::steady_clock::now();
+// The flags that exclude or need each other.
+Status CheckPredictOptions(const EnsemblePredictOptions& o) {
   const bool from_store = !o.store.empty() || !o.table.empty();
   if (from_store == !o.input.empty()) {
     return Status::InvalidArgument(
@@ -253,175 +251,233 @@ Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
     return Status::InvalidArgument(
         fmt::format("--temperature {}: must be a finite number > 0", *o.temperature));
   }
-  COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
-  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort predict runs"));
-  const int64_t round = chosen.first;
-  COHORT_ASSIGN_OR_RETURN(const loop::RoundTrainTable trained_on,
-                          loop::TrainTableOfRound(run, round));
-  const store::Table* train = trained_on.table;
-  // The train table's labels make the run what it is, so they say what the members' files hold.
-  const loop::RunTask task = loop::RunTaskOf(*train);
-  if (task.regression && (!o.calibrate_table.empty() || o.temperature || o.calibrated)) {
-    return Status::InvalidArgument(
-        o.run_dir +
-        ": --calibrate, --calibrated and --temperature scale class probabilities, and this is a "
-        "regression run");
-  }
-  std::optional<double> given_temperature = o.temperature;
-  if (o.calibrated) {
-    COHORT_ASSIGN_OR_RETURN(given_temperature, loop::RoundTemperature(run, round));
-  }
+  return Status::OK();
+}
 
-  COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
-  std::string store_dir = o.store, table = o.table;
-  std::optional<uint64_t> generation = o.generation;
-  std::vector<uint64_t> ids;
+// What the members predict: a store table, or the input file imported into a scratch store.
+struct PredictInput {
+  std::string store_dir, table, what;
+  uint64_t generation = 0;
+  std::vector<uint64_t> ids;  // the table's (empty for a file: rows are its order)
   uint64_t rows = 0;
-  std::string what;
-  if (from_store) {
+};
+
+Result<PredictInput> StageInput(const EnsemblePredictOptions& o, const loop::RunReader& run,
+                                const store::Table& train, const TempDir& tmp) {
+  PredictInput in;
+  if (!o.store.empty()) {
     COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(o.store, o.generation));
     COHORT_ASSIGN_OR_RETURN(const store::Table* t, snap->table(o.table));
-    what = fmt::format("{} table {} (generation {})", o.store, o.table, snap->generation());
-    COHORT_RETURN_IF_ERROR(CheckFeatures(what, t->schema().feature_dtype, t->schema().feature_shape,
-                                         train->schema(), run.config.store.train));
-    generation = snap->generation();
-    ids = t->Ids();
-    rows = t->size();
-  } else {
-    COHORT_ASSIGN_OR_RETURN(HostArray x, ReadInputFile(o));
-    COHORT_RETURN_IF_ERROR(
-        CheckFeatures(o.input, x.dtype, x.row_shape(), train->schema(), run.config.store.train));
-    if (x.rows() == 0) return Status::InvalidArgument(o.input + ": no samples");
-    store_dir = tmp.path() + "/input-store";
-    table = "input";
-    COHORT_ASSIGN_OR_RETURN(generation, ImportToTempStore(store_dir, x));
-    rows = x.rows();
-    what = o.input;
-  }
-
-  // The labelled table a temperature is fitted on, checked before any member runs.
-  struct Calibration {
-    std::string store_dir, table, what;
-    uint64_t generation = 0;
-    std::vector<int64_t> labels;
-    std::vector<uint64_t> ids;
-  };
-  std::optional<Calibration> calibration;
-  if (!o.calibrate_table.empty()) {
-    Calibration cal;
-    cal.store_dir = o.calibrate_store.empty() ? run.paths.store() : o.calibrate_store;
-    cal.table = o.calibrate_table;
-    COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(cal.store_dir, std::nullopt));
-    COHORT_ASSIGN_OR_RETURN(const store::Table* t, snap->table(cal.table));
-    cal.generation = snap->generation();
-    cal.what = fmt::format("{} table {} (generation {})", cal.store_dir, cal.table, cal.generation);
-    COHORT_RETURN_IF_ERROR(CheckFeatures(cal.what, t->schema().feature_dtype,
-                                         t->schema().feature_shape, train->schema(),
+    in.what = fmt::format("{} table {} (generation {})", o.store, o.table, snap->generation());
+    COHORT_RETURN_IF_ERROR(CheckFeatures(in.what, t->schema().feature_dtype,
+                                         t->schema().feature_shape, train.schema(),
                                          run.config.store.train));
-    if (t->schema().label_kind != store::LabelKind::kClass) {
-      return Status::InvalidArgument(cal.what + ": --calibrate needs class labels, and it has " +
-                                     (t->schema().label_kind == store::LabelKind::kNone
-                                          ? std::string("none")
-                                          : std::string("vector targets")));
-    }
-    if (t->size() == 0) return Status::InvalidArgument(cal.what + ": no samples to calibrate on");
-    cal.labels = loop::ClassLabelsOf(*t);
-    cal.ids = t->Ids();
-    calibration = std::move(cal);
+    in.store_dir = o.store;
+    in.table = o.table;
+    in.generation = snap->generation();
+    in.ids = t->Ids();
+    in.rows = t->size();
+    return in;
+  }
+  COHORT_ASSIGN_OR_RETURN(HostArray x, ReadInputFile(o));
+  COHORT_RETURN_IF_ERROR(
+      CheckFeatures(o.input, x.dtype, x.row_shape(), train.schema(), run.config.store.train));
+  if (x.rows() == 0) return Status::InvalidArgument(o.input + ": no samples");
+  in.store_dir = tmp.path() + "/input-store";
+  in.table = "input";
+  COHORT_ASSIGN_OR_RETURN(in.generation, ImportToTempStore(in.store_dir, x));
+  in.rows = x.rows();
+  in.what = o.input;
+  return in;
+}
+
+// The labelled table a temperature is fitted on (--calibrate), checked before any member runs.
+struct Calibration {
+  std::string store_dir, table, what;
+  uint64_t generation = 0;
+  std::vector<int64_t> labels;
+  std::vector<uint64_t> ids;
+};
+
+Result<Calibration> StageCalibration(const EnsemblePredictOptions& o, const loop::RunReader& run,
+                                     const store::Table& train) {
+  Calibration cal;
+  cal.store_dir = o.calibrate_store.empty() ? run.paths.store() : o.calibrate_store;
+  cal.table = o.calibrate_table;
+  COHORT_ASSIGN_OR_RETURN(auto snap, store::Snapshot::Open(cal.store_dir, std::nullopt));
+  COHORT_ASSIGN_OR_RETURN(const store::Table* t, snap->table(cal.table));
+  cal.generation = snap->generation();
+  cal.what = fmt::format("{} table {} (generation {})", cal.store_dir, cal.table, cal.generation);
+  COHORT_RETURN_IF_ERROR(CheckFeatures(cal.what, t->schema().feature_dtype,
+                                       t->schema().feature_shape, train.schema(),
+                                       run.config.store.train));
+  if (t->schema().label_kind != store::LabelKind::kClass) {
+    return Status::InvalidArgument(cal.what + ": --calibrate needs class labels, and it has " +
+                                   (t->schema().label_kind == store::LabelKind::kNone
+                                        ? std::string("none")
+                                        : std::string("vector targets")));
+  }
+  if (t->size() == 0) return Status::InvalidArgument(cal.what + ": no samples to calibrate on");
+  cal.labels = loop::ClassLabelsOf(*t);
+  cal.ids = t->Ids();
+  return cal;
+}
+
+// One `cohort-member predict` per member of `members` for one table, spread over the run's
+// devices; returns each member's output file (config index, path).
+class JobPlan {
+ public:
+  JobPlan(const EnsemblePredictOptions& o, const loop::RunReader& run, const TempDir& tmp)
+      : o_(o), tmp_(tmp), devices_(run.config.devices) {
+    if (devices_.empty()) devices_.push_back(launch::Device{});
+    threads_ = std::max(1, run.config.threads_per_cpu_device);
+    slots_ = devices_.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
   }
 
-  // One `cohort-member predict` per member and table, spread over the run's devices.
-  std::vector<launch::Device> devices = run.config.devices;
-  const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  if (devices.empty()) devices.push_back(launch::Device{});
-  const int threads = std::max(1, run.config.threads_per_cpu_device);
-  std::vector<MemberJob> jobs;
-  auto add_jobs = [&](const std::string& from_store, const std::string& from_table,
-                      uint64_t from_generation, const std::string& tag) {
+  std::vector<std::pair<size_t, std::string>> Add(const std::vector<loop::FinishedMember>& members,
+                                                  const std::string& store_dir,
+                                                  const std::string& table, uint64_t generation,
+                                                  const std::string& tag) {
+    const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     std::vector<std::pair<size_t, std::string>> files;
-    for (size_t i = 0; i < chosen.second.size(); i++) {
-      const auto& m = chosen.second[i];
-      const launch::Device& device = devices[i % devices.size()];
+    for (size_t i = 0; i < members.size(); i++) {
+      const auto& m = members[i];
+      const launch::Device& device = devices_[i % devices_.size()];
       MemberJob job;
       job.what = "member " + m.name;
-      const std::string out = fmt::format("{}/{}-member-{}.npy", tmp.path(), tag, i);
-      job.spec.argv = {o.member_binary, "predict",
-                       "--store",       from_store,
-                       "--table",       from_table,
-                       "--generation",  std::to_string(from_generation),
-                       "--checkpoint",  m.checkpoint,
-                       "--out",         out,
-                       "--device",      device.is_cuda() ? "cuda:0" : "cpu",
-                       "--threads",     std::to_string(threads)};
-      job.spec.env = launch::DeviceEnvironment(device, threads, cpus);
-      job.spec.stderr_path = fmt::format("{}/{}-member-{}.log", tmp.path(), tag, i);
-      jobs.push_back(std::move(job));
+      const std::string out = fmt::format("{}/{}-member-{}.npy", tmp_.path(), tag, i);
+      job.spec.argv = {o_.member_binary, "predict",
+                       "--store",        store_dir,
+                       "--table",        table,
+                       "--generation",   std::to_string(generation),
+                       "--checkpoint",   m.checkpoint,
+                       "--out",          out,
+                       "--device",       device.is_cuda() ? "cuda:0" : "cpu",
+                       "--threads",      std::to_string(threads_)};
+      job.spec.env = launch::DeviceEnvironment(device, threads_, cpus);
+      job.spec.stderr_path = fmt::format("{}/{}-member-{}.log", tmp_.path(), tag, i);
+      jobs_.push_back(std::move(job));
       files.emplace_back(m.config_index, out);
     }
     return files;
-  };
-  const auto files = add_jobs(store_dir, table, *generation, "input");
-  std::vector<std::pair<size_t, std::string>> calibration_files;
-  if (calibration) {
-    calibration_files =
-        add_jobs(calibration->store_dir, calibration->table, calibration->generation, "calibrate");
   }
-  const size_t slots =
-      devices.size() * static_cast<size_t>(std::max(1, run.config.members_per_device));
-  COHORT_RETURN_IF_ERROR(RunMemberJobs(std::move(jobs), slots));
 
+  Status Run() { return RunMemberJobs(std::move(jobs_), slots_); }
+
+ private:
+  const EnsemblePredictOptions& o_;
+  const TempDir& tmp_;
+  std::vector<launch::Device> devices_;
+  int threads_ = 1;
+  size_t slots_ = 1;
+  std::vector<MemberJob> jobs_;
+};
+
+// The temperature fitted on the calibration table's predictions; says what it did there.
+Result<double> FitTemperature(const Calibration& calibration,
+                              const std::vector<std::pair<size_t, std::string>>& files,
+                              const loop::RunTask& task) {
   COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked,
-                          loop::StackPredictions(files, rows, task));
+                          loop::StackPredictions(files, calibration.labels.size(), task));
+  COHORT_ASSIGN_OR_RETURN(
+      auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
+                                               stacked.classes));
+  COHORT_RETURN_IF_ERROR(loop::CheckClassLabels(calibration.what, calibration.labels,
+                                                calibration.ids, stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(loop::TemperatureFit fit,
+                          loop::FitEnsembleTemperature(view, calibration.labels));
+  fmt::print(
+      "calibrated on {} ({} samples): temperature {:.4f}; there NLL {:.4f} -> {:.4f}, ECE "
+      "{:.4f} -> {:.4f}, accuracy {:.4f}\n",
+      calibration.what, fit.before.count, fit.temperature, fit.before.nll, fit.after.nll,
+      fit.before.ece, fit.after.ece, fit.after.accuracy);
+  return fit.temperature;
+}
+
+// Writes the ensemble's output for the input (.npz or .csv by o.out's name); returns what the
+// last line adds about calibration.
+Result<std::string> WriteOutput(const EnsemblePredictOptions& o, const PredictInput& in,
+                                const loop::StackedPredictions& stacked, const loop::RunTask& task,
+                                std::optional<double> temperature) {
   const bool csv = EndsWith(Lower(o.out), ".csv");
-  std::string calibrated_note;
   if (task.regression) {
     COHORT_ASSIGN_OR_RETURN(
         auto view, loop::MakeRegressionPredictions(stacked.data, stacked.members, stacked.samples,
                                                    stacked.outputs));
     COHORT_ASSIGN_OR_RETURN(loop::RegressionUncertainty u,
                             loop::ComputeRegressionUncertainty(view));
-    COHORT_RETURN_IF_ERROR(csv ? WriteRegressionCsv(o.out, u, ids)
-                               : WriteRegressionNpz(o.out, u, stacked, task, ids));
-  } else {
-    COHORT_ASSIGN_OR_RETURN(
-        auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
-                                                 stacked.classes));
-    COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
-    std::optional<double> temperature = given_temperature;
-    if (calibration) {
-      COHORT_ASSIGN_OR_RETURN(
-          loop::StackedPredictions cal_stacked,
-          loop::StackPredictions(calibration_files, calibration->labels.size(), task));
-      COHORT_ASSIGN_OR_RETURN(
-          auto cal_view, loop::MakeEnsemblePredictions(cal_stacked.data, cal_stacked.members,
-                                                       cal_stacked.samples, cal_stacked.classes));
-      COHORT_RETURN_IF_ERROR(loop::CheckClassLabels(calibration->what, calibration->labels,
-                                                    calibration->ids, cal_stacked.classes));
-      COHORT_ASSIGN_OR_RETURN(loop::TemperatureFit fit,
-                              loop::FitEnsembleTemperature(cal_view, calibration->labels));
-      temperature = fit.temperature;
-      fmt::print(
-          "calibrated on {} ({} samples): temperature {:.4f}; there NLL {:.4f} -> {:.4f}, ECE "
-          "{:.4f} -> {:.4f}, accuracy {:.4f}\n",
-          calibration->what, fit.before.count, fit.temperature, fit.before.nll, fit.after.nll,
-          fit.before.ece, fit.after.ece, fit.after.accuracy);
-    }
-    std::vector<float> calibrated;
-    if (temperature) {
-      COHORT_ASSIGN_OR_RETURN(calibrated, loop::ApplyTemperature(u.mean, u.classes, *temperature));
-      calibrated_note =
-          fmt::format(" (calibrated probabilities at temperature {:.4f})", *temperature);
-    }
-    COHORT_RETURN_IF_ERROR(csv ? WriteCsv(o.out, u, calibrated, ids)
-                               : WriteNpz(o.out, u, stacked, calibrated, temperature, ids));
+    COHORT_RETURN_IF_ERROR(csv ? WriteRegressionCsv(o.out, u, in.ids)
+                               : WriteRegressionNpz(o.out, u, stacked, task, in.ids));
+    return std::string();
   }
+  COHORT_ASSIGN_OR_RETURN(
+      auto view, loop::MakeEnsemblePredictions(stacked.data, stacked.members, stacked.samples,
+                                               stacked.classes));
+  COHORT_ASSIGN_OR_RETURN(loop::EnsembleUncertainty u, loop::ComputeEnsembleUncertainty(view));
+  std::vector<float> calibrated;
+  std::string note;
+  if (temperature) {
+    COHORT_ASSIGN_OR_RETURN(calibrated, loop::ApplyTemperature(u.mean, u.classes, *temperature));
+    note = fmt::format(" (calibrated probabilities at temperature {:.4f})", *temperature);
+  }
+  COHORT_RETURN_IF_ERROR(csv ? WriteCsv(o.out, u, calibrated, in.ids)
+                             : WriteNpz(o.out, u, stacked, calibrated, temperature, in.ids));
+  return note;
+}
+
+}  // namespace
+
+Status RunEnsemblePredict(const EnsemblePredictOptions& o) {
+  const auto started = std::chrono::steady_clock::now();
+  COHORT_RETURN_IF_ERROR(CheckPredictOptions(o));
+  COHORT_ASSIGN_OR_RETURN(loop::RunReader run, loop::OpenRunReader(o.run_dir));
+  COHORT_ASSIGN_OR_RETURN(auto chosen, loop::NativeMembersOf(run, o.round, "cohort predict runs"));
+  const int64_t round = chosen.first;
+  COHORT_ASSIGN_OR_RETURN(const loop::RoundTrainTable trained_on,
+                          loop::TrainTableOfRound(run, round));
+  const store::Table& train = *trained_on.table;
+  // The train table's labels make the run what it is, so they say what the members' files hold.
+  const loop::RunTask task = loop::RunTaskOf(train);
+  if (task.regression && (!o.calibrate_table.empty() || o.temperature || o.calibrated)) {
+    return Status::InvalidArgument(
+        o.run_dir +
+        ": --calibrate, --calibrated and --temperature scale class probabilities, and this is a "
+        "regression run");
+  }
+  std::optional<double> temperature = o.temperature;
+  if (o.calibrated) {
+    COHORT_ASSIGN_OR_RETURN(temperature, loop::RoundTemperature(run, round));
+  }
+
+  COHORT_ASSIGN_OR_RETURN(TempDir tmp, TempDir::Create());
+  COHORT_ASSIGN_OR_RETURN(const PredictInput in, StageInput(o, run, train, tmp));
+  std::optional<Calibration> calibration;
+  if (!o.calibrate_table.empty()) {
+    COHORT_ASSIGN_OR_RETURN(calibration, StageCalibration(o, run, train));
+  }
+  JobPlan plan(o, run, tmp);
+  const auto files = plan.Add(chosen.second, in.store_dir, in.table, in.generation, "input");
+  std::vector<std::pair<size_t, std::string>> calibration_files;
+  if (calibration) {
+    calibration_files = plan.Add(chosen.second, calibration->store_dir, calibration->table,
+                                 calibration->generation, "calibrate");
+  }
+  COHORT_RETURN_IF_ERROR(plan.Run());
+
+  COHORT_ASSIGN_OR_RETURN(loop::StackedPredictions stacked,
+                          loop::StackPredictions(files, in.rows, task));
+  if (calibration && !task.regression) {
+    COHORT_ASSIGN_OR_RETURN(temperature, FitTemperature(*calibration, calibration_files, task));
+  }
+  COHORT_ASSIGN_OR_RETURN(const std::string calibrated_note,
+                          WriteOutput(o, in, stacked, task, temperature));
   std::string names;
   for (const auto& m : chosen.second) names += (names.empty() ? "" : ", ") + m.name;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   fmt::print(
       "predicted {} samples of {} with the {} members of round {} ({}) in {:.1f} s: wrote {}{}\n",
-      rows, what, chosen.second.size(), round, names, seconds, o.out, calibrated_note);
+      in.rows, in.what, chosen.second.size(), round, names, seconds, o.out, calibrated_note);
   return Status::OK();
 }
 

@@ -1,7 +1,7 @@
 // `cohort predict RUN_DIR`: the ensemble of a round applied to new data. Every finished member
 // of the round runs `cohort-member predict` on the input, in parallel on the run's devices;
 // the members' probabilities are combined into the mean, the predicted class and per-sample
-// uncertainty (loop/acquire/uncertainty.h), written as .npz or CSV (docs/cli.md). In a
+// uncertainty (loop/ensemble/uncertainty.h), written as .npz or CSV (docs/cli.md). In a
 // regression run (the run's train table holds float targets: loop::RunTaskOf) the members'
 // means and variances are combined into the ensemble's mean and its total variance, split into
 // aleatoric and epistemic parts (loop::ComputeRegressionUncertainty).

@@ -1,91 +1,33 @@
-// Acquisition: scoring an unlabelled pool with the ensemble's predictions and picking the k
-// samples most worth labelling next.
+// Acquisition by strategy name over predictions in memory: every sample's score and the k
+// samples most worth labelling, best first. The loop's acquire step reads the members' files
+// instead (pool_picks.h); these are the same scores and picks for a pool that fits in memory,
+// and what the tests and benchmarks call.
 //
 // The input is a read-only view of the members' class probabilities for the pool, laid out
 // [member][sample][class] in C order (each member's `cohort predict` output, float32
-// (n, classes), stacked). A strategy turns every sample into one score, higher meaning more
-// useful to label; Acquire returns the indices of the k best samples, best first. Samples
-// with exactly equal scores (compared in double) are ordered by a seeded pseudo-random key,
-// so a selection depends only on the inputs and the seed, identically on every platform.
-// SelectTop is that selection on its own, for scores from any source (regression scores come
-// from loop/ensemble/regression.h), optionally restricted to a band of scores.
-// docs/acquisition.md gives every strategy's formula.
+// (n, classes), stacked). The strategies are strategy.h's classification records;
+// docs/acquisition.md gives every formula.
 //
 // Thread-safety: pure functions over caller-owned memory; the view must stay valid (and
 // unchanged) for the duration of a call. Concurrent calls are safe.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
-#include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "loop/acquire/selection.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/view.h"
 
 namespace cohort::loop {
 
-// The strategy names Acquire accepts: random, entropy, margin, least_confident, variance,
-// bald, vote_entropy. The one list: the loop config checks `strategy` against it and names
-// it in its errors.
-const std::vector<std::string>& AcquisitionStrategies();
-
-// True for strategies whose scores are identically zero with a single member (variance,
-// bald, vote_entropy): they measure disagreement between members.
-bool StrategyNeedsSeveralMembers(const std::string& strategy);
-
-// One score per sample, higher = more useful to label (all zeros for `random`). Validates the
-// predictions first. Natural logarithms; 0 log 0 = 0.
+// One score per sample by a classification strategy, higher = more useful to label (all
+// zeros for `random`; BALD for `batchbald`, whose batch is joint). Validates the predictions
+// first. Errors: an unknown strategy (the message lists the valid names), invalid predictions.
 Result<std::vector<double>> ScoreSamples(const std::string& strategy,
                                          const EnsemblePredictions& predictions);
-
-// The scores a selection may take: a sample is eligible when lower <= score < upper; an absent
-// bound is open on that side. The default band admits every score. DP-GEN's trust levels are
-// such a band: below `lower` the ensemble already agrees (labelling teaches it little), at or
-// above `upper` the sample is likely garbage (an unphysical structure, a broken input).
-struct ScoreBand {
-  std::optional<double> lower;
-  std::optional<double> upper;
-};
-
-// The indices of the (at most) k eligible samples with the highest scores, best first. Ties in
-// score go to the smaller splitmix64 key drawn from `seed` in sample order over *all* samples
-// (eligible or not), then to the smaller index; so a band only filters the unbanded order, and
-// Acquire's selection is SelectTop of its scores. Fewer than k indices come back when fewer
-// samples are eligible; that is not an error.
-// Errors: k < 0, a NaN bound, lower > upper (lower == upper is an empty band, not an error), a
-// NaN score (the sample is named; NaN has no place in the order).
-Result<std::vector<int64_t>> SelectTop(const std::vector<double>& scores, int64_t k, uint64_t seed,
-                                       const ScoreBand& band = {});
-
-// How a batch is drawn from the scores. kTop: the k highest (SelectTop). The stochastic
-// selections of Kirsch et al., "Stochastic Batch Acquisition" (TMLR 2023) draw k samples
-// without replacement with probability proportional to
-//   kPower:    score^(1/T)          (scores must be >= 0)
-//   kSoftmax:  exp(score / T)
-//   kSoftRank: rank^(-1/T)          (rank 1: the highest score, ties as SelectTop orders them)
-// with T the temperature: as T falls they approach top-k, as it grows uniform sampling. A
-// batch of the k top scores is often k near-copies of one hard region; drawing by score keeps
-// the batch's preference for high scores while spreading it, at the cost of one sort.
-struct BatchSelection {
-  enum class Kind { kTop, kPower, kSoftmax, kSoftRank };
-  Kind kind = Kind::kTop;
-  double temperature = 1;  // > 0
-};
-// "top", "power", "softmax", "softrank": the names the config takes.
-const std::vector<std::string>& BatchSelectionNames();
-const char* BatchSelectionName(BatchSelection::Kind kind);
-
-// The (at most) k eligible samples (the band, as SelectTop) drawn by `selection`, in the order
-// drawn: the Gumbel-top-k trick, one Gumbel variate per sample (eligible or not) in sample
-// order from `seed`, so a draw depends only on the scores, the band and the seed. kTop is
-// SelectTop. Errors: those of SelectTop, a temperature that is not > 0 and finite, a negative
-// score under kPower (the sample is named).
-Result<std::vector<int64_t>> SelectBatch(const std::vector<double>& scores, int64_t k,
-                                         uint64_t seed, const ScoreBand& band,
-                                         const BatchSelection& selection);
 
 // The k most useful distinct sample indices, most useful first, by `strategy`. Ties in score
 // are broken by a pseudo-random key per sample drawn from `seed` (splitmix64), so `random`

@@ -148,7 +148,7 @@ TEST(AcquisitionTest, VoteEntropyCountsArgmaxVotesOnly) {
 
 TEST(AcquisitionTest, TopKIsAPrefixOfTheFullOrder) {
   Table t = FourSamples();
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     std::vector<int64_t> all = AcquireOk(s, t.view, 4, 7);
     for (int64_t k = 0; k <= 4; k++) {
       std::vector<int64_t> top = AcquireOk(s, t.view, k, 7);
@@ -159,14 +159,16 @@ TEST(AcquisitionTest, TopKIsAPrefixOfTheFullOrder) {
 
 TEST(AcquisitionTest, SingleMemberDisagreementStrategiesScoreZero) {
   Table t = MakeTable({0.7f, 0.2f, 0.1f, 0.4f, 0.4f, 0.2f}, 1, 2, 3);
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     auto scores = ScoreSamples(s, t.view);
     ASSERT_TRUE(scores.ok()) << scores.status().ToString();
     const bool all_zero =
         std::all_of(scores->begin(), scores->end(), [](double v) { return v == 0.0; });
-    EXPECT_EQ(all_zero, StrategyNeedsSeveralMembers(s) || s == "random") << s;
+    EXPECT_EQ(all_zero, FindStrategy(s, StrategyTask::kClassification)->needs_several_members ||
+                            s == "random")
+        << s;
   }
-  EXPECT_FALSE(StrategyNeedsSeveralMembers("no_such_strategy"));
+  EXPECT_EQ(FindStrategy("no_such_strategy", StrategyTask::kClassification), nullptr);
 }
 
 // 2 members, n identical samples (all uniform over 2 classes): every strategy ties on all.
@@ -176,7 +178,7 @@ Table AllTied(int64_t n) {
 
 TEST(AcquisitionTest, TieBreakingIsDeterministicPerSeedAndDiffersAcrossSeeds) {
   Table t = AllTied(50);
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     std::vector<int64_t> a = AcquireOk(s, t.view, 10, 1);
     EXPECT_EQ(a, AcquireOk(s, t.view, 10, 1)) << s;
     EXPECT_NE(a, AcquireOk(s, t.view, 10, 2)) << s;
@@ -245,10 +247,10 @@ TEST(AcquisitionTest, UnknownStrategyListsTheValidNames) {
   auto r = Acquire("entropic", t.view, 1, 1);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("entropic"), std::string::npos);
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     EXPECT_NE(r.status().message().find(s), std::string::npos) << s;
   }
-  EXPECT_EQ(AcquisitionStrategies().size(), 8u);
+  EXPECT_EQ(StrategyNames(StrategyTask::kClassification).size(), 8u);
 }
 
 TEST(AcquisitionTest, BadProbabilitiesNameMemberAndSample) {
@@ -324,7 +326,7 @@ TEST(AcquisitionTest, LargeEnsembleRunsAndPrintsItsTime) {
   }
   auto view = MakeEnsemblePredictions(data, M, N, C);
   ASSERT_TRUE(view.ok());
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     if (s == "batchbald") continue;  // k greedy steps: bench/acquisition_bench measures it
     auto start = std::chrono::steady_clock::now();
     std::vector<int64_t> got = AcquireOk(s, *view, K, 5);
@@ -369,7 +371,7 @@ const std::vector<double> kBandScores = {0.5, 3.0, 1.0, 2.0, 1.0, 4.0};
 
 TEST(SelectTopTest, AcquireIsSelectTopOfTheScores) {
   Table t = FourSamples();
-  for (const std::string& s : AcquisitionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kClassification)) {
     if (s == "batchbald") continue;  // picks jointly, not by its scores (batch_bald_test)
     for (uint64_t seed = 0; seed < 8; seed++) {
       std::vector<double> scores;

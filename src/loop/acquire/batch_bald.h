@@ -26,7 +26,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/acquire/acquisition.h"
+#include "loop/acquire/selection.h"
+#include "loop/ensemble/view.h"
 
 namespace cohort::loop {
 

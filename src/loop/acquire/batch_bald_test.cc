@@ -7,6 +7,8 @@
 #include <set>
 
 #include "common/splitmix.h"
+#include "loop/acquire/acquisition.h"
+#include "loop/acquire/strategy.h"
 
 namespace cohort::loop {
 namespace {
@@ -217,7 +219,7 @@ TEST(BatchBaldTest, AcquireByBatchBaldIsSelectBatchBaldWithTheDefaults) {
   auto direct = SelectBatchBald(pool.view(), 8, 17, {}, {});
   ASSERT_TRUE(acquired.ok() && direct.ok());
   EXPECT_EQ(*acquired, direct->indices);
-  EXPECT_TRUE(StrategyNeedsSeveralMembers("batchbald"));
+  EXPECT_TRUE(FindStrategy("batchbald", StrategyTask::kClassification)->needs_several_members);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Regression acquisition scores: how much the members disagree about each pool sample,
 // following DP-GEN's "model deviation": a sample whose members' means spread widely is one the
-// ensemble has not learned; SelectTop (loop/acquire/acquisition.h) picks the best of them,
+// ensemble has not learned; SelectTop (loop/acquire/selection.h) picks the best of them,
 // optionally within a band of trusted deviations. docs/acquisition.md ("Regression") gives
 // every formula.
 //
@@ -15,16 +15,9 @@
 
 namespace cohort::loop {
 
-// The strategy names ScoreRegression accepts: random, max_deviation, mean_deviation, variance.
-// The one list, for config checks and error messages.
-const std::vector<std::string>& RegressionStrategies();
-
-// True for strategies whose scores are identically zero with a single member (max_deviation,
-// mean_deviation): they measure disagreement between members. `variance` is not among them:
-// with one member it is that member's own predicted variance.
-bool RegressionStrategyNeedsSeveralMembers(const std::string& strategy);
-
-// One score per sample, higher = more worth labelling. With sd_d the population standard
+// One score per sample by a regression strategy of strategy.h (random, max_deviation,
+// mean_deviation, variance), higher = more worth labelling; the measures are
+// loop/ensemble/sample_measures.h's. With sd_d the population standard
 // deviation (divide by M) over members of the means of component d:
 //   max_deviation:  max_d sd_d (DP-GEN's model deviation, taken per component where DP-GEN
 //                   takes each atom's force vector; docs/acquisition.md);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "loop/acquire/acquisition.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/regression.h"
 #include "loop/ensemble/testing/regression_tables.h"
 
@@ -83,7 +84,7 @@ TEST(RegressionTest, ScoresDoNotDependOnMemberOrder) {
                        -0.7f, 1.3f, 0.2f, 0.1f, -2.9f, 0.44f, 0.8f,  0.7f},
                       3, 2, 2);
   std::vector<int64_t> order = {0, 1, 2};
-  for (const std::string& s : RegressionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kRegression)) {
     std::vector<double> base = ScoreOk(s, t.view);
     ASSERT_EQ(base.size(), 2u);
     do {
@@ -102,18 +103,20 @@ TEST(RegressionTest, ScoresDoNotDependOnMemberOrder) {
 
 TEST(RegressionTest, OneMemberHasNoDeviation) {
   Table t = MakeTable({1, -2, 0.5f, 3, 7, 0, 0.25f, 0}, 1, 2, 2);
-  for (const std::string& s : RegressionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kRegression)) {
     std::vector<double> scores = ScoreOk(s, t.view);
     const bool all_zero =
         std::all_of(scores.begin(), scores.end(), [](double v) { return v == 0.0; });
-    EXPECT_EQ(all_zero, RegressionStrategyNeedsSeveralMembers(s) || s == "random") << s;
+    EXPECT_EQ(all_zero,
+              FindStrategy(s, StrategyTask::kRegression)->needs_several_members || s == "random")
+        << s;
   }
   // With one member, `variance` is that member's own mean variance.
   ExpectNear(ScoreOk("variance", t.view), {1.75, 0.125}, 1e-12);
-  EXPECT_TRUE(RegressionStrategyNeedsSeveralMembers("max_deviation"));
-  EXPECT_TRUE(RegressionStrategyNeedsSeveralMembers("mean_deviation"));
-  EXPECT_FALSE(RegressionStrategyNeedsSeveralMembers("variance"));
-  EXPECT_FALSE(RegressionStrategyNeedsSeveralMembers("no_such_strategy"));
+  EXPECT_TRUE(FindStrategy("max_deviation", StrategyTask::kRegression)->needs_several_members);
+  EXPECT_TRUE(FindStrategy("mean_deviation", StrategyTask::kRegression)->needs_several_members);
+  EXPECT_FALSE(FindStrategy("variance", StrategyTask::kRegression)->needs_several_members);
+  EXPECT_EQ(FindStrategy("no_such_strategy", StrategyTask::kRegression), nullptr);
 }
 
 TEST(RegressionTest, UnknownStrategyListsTheValidNames) {
@@ -122,10 +125,10 @@ TEST(RegressionTest, UnknownStrategyListsTheValidNames) {
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(r.status().IsInvalidArgument());
   EXPECT_NE(r.status().message().find("max_devation"), std::string::npos);
-  for (const std::string& s : RegressionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kRegression)) {
     EXPECT_NE(r.status().message().find(s), std::string::npos) << s;
   }
-  EXPECT_EQ(RegressionStrategies(),
+  EXPECT_EQ(StrategyNames(StrategyTask::kRegression),
             (std::vector<std::string>{"random", "max_deviation", "mean_deviation", "variance"}));
   // Classification names are not regression strategies.
   EXPECT_FALSE(ScoreRegression("bald", t.view).ok());
@@ -236,7 +239,7 @@ TEST(RegressionTest, NoSamplesGiveZeroMetrics) {
 TEST(RegressionScoresTest, InvalidPredictionsAreRefusedByEveryStrategy) {
   Table t = ThreeSamples();
   t.data[((1 * 3 + 2) * 2 + 0) * 2 + 1] = std::nanf("");  // member 1, sample 2, mean of d1
-  for (const std::string& s : RegressionStrategies()) {
+  for (const std::string& s : StrategyNames(StrategyTask::kRegression)) {
     auto r = ScoreRegression(s, t.view);
     ASSERT_FALSE(r.ok()) << s;
     EXPECT_NE(r.status().message().find("member 1 row 2: mean of component 1"), std::string::npos)

@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <memory>
 
-#include "loop/acquire/acquisition.h"
 #include "loop/ensemble/prediction_stream.h"
 
 namespace cohort::loop {
 
-Result<std::vector<double>> StreamScores(const std::string& strategy,
+Result<std::vector<double>> StreamScores(SampleMeasure measure,
                                          const std::vector<PoolSampleFile>& files, uint64_t rows,
                                          int64_t classes) {
   std::vector<std::unique_ptr<PredictionStream>> streams;
@@ -34,7 +33,7 @@ Result<std::vector<double>> StreamScores(const std::string& strategy,
     EnsemblePredictions view{members, static_cast<int64_t>(n), classes, block.data()};
     Status valid = ValidatePredictions(view, {}, {}, static_cast<int64_t>(first));
     if (!valid.ok()) return valid;
-    COHORT_ASSIGN_OR_RETURN(std::vector<double> part, ScoreSamples(strategy, view));
+    COHORT_ASSIGN_OR_RETURN(std::vector<double> part, MeasureSamples(measure, view));
     scores.insert(scores.end(), part.begin(), part.end());
   }
   return scores;

@@ -11,13 +11,13 @@
 
 #include "common/status.h"
 #include "loop/ensemble/predictions.h"
+#include "loop/ensemble/sample_measures.h"
 
 namespace cohort::loop {
 
-// Every pool sample's score by `strategy` (a per-sample strategy of AcquisitionStrategies),
-// from the members' files (a passes file counting as its passes), read and scored a block at
-// a time: the same scores as ScoreSamples over the stacked files.
-Result<std::vector<double>> StreamScores(const std::string& strategy,
+// Every pool sample's `measure` from the members' files (a passes file counting as its passes),
+// read and scored a block at a time: the same scores as MeasureSamples over the stacked files.
+Result<std::vector<double>> StreamScores(SampleMeasure measure,
                                          const std::vector<PoolSampleFile>& files, uint64_t rows,
                                          int64_t classes);
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "loop/acquire/acquisition.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/testing/probability_files.h"
 #include "store/import.h"
 #include "store/npy.h"
@@ -38,7 +39,8 @@ TEST(StreamScoresTest, StreamedScoresEqualTheScoresOfTheStackedFiles) {
   ASSERT_TRUE(view.ok());
   for (const std::string strategy : {"bald", "entropy", "vote_entropy", "variance"}) {
     auto whole = ScoreSamples(strategy, *view);
-    auto streamed = StreamScores(strategy, files, rows, 4);
+    auto streamed = StreamScores(FindStrategy(strategy, StrategyTask::kClassification)->measure,
+                                 files, rows, 4);
     ASSERT_TRUE(whole.ok() && streamed.ok()) << streamed.status().ToString();
     EXPECT_EQ(*whole, *streamed) << strategy;
   }
@@ -51,7 +53,8 @@ TEST(StreamScoresTest, ABadRowInALaterBlockIsNamedByItsRowInTheTable) {
   store::HostArray a = *store::ReadNpyFile(dir + "/p.npy");
   a.as<float>()[17000 * 4 + 2] = -0.5F;
   ASSERT_TRUE(store::WriteNpyFile(dir + "/p.npy", a).ok());
-  auto scored = StreamScores("bald", {{0, dir + "/p.npy", 0}, {1, dir + "/p.npy", 0}}, rows, 4);
+  auto scored =
+      StreamScores(MutualInformation, {{0, dir + "/p.npy", 0}, {1, dir + "/p.npy", 0}}, rows, 4);
   ASSERT_FALSE(scored.ok());
   EXPECT_NE(scored.status().message().find("row 17000"), std::string::npos)
       << scored.status().ToString();

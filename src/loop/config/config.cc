@@ -18,8 +18,7 @@
 #include <utility>
 
 #include "common/closest_name.h"
-#include "loop/acquire/acquisition.h"
-#include "loop/acquire/regression_scores.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/regression.h"
 #include "model/config_json.h"
 #include "model/spec.h"
@@ -758,8 +757,8 @@ void ParseMembers(Errors* e, Reader& r, const MemberDefaults& defaults, const fs
 // The strategy names of both kinds of run, classification's first. Which kind a run is only
 // its store says (the train table's labels): CheckConfigAgainstStore refuses the other kind's.
 std::vector<std::string> AllStrategyNames() {
-  std::vector<std::string> names = AcquisitionStrategies();
-  for (const std::string& name : RegressionStrategies()) {
+  std::vector<std::string> names = StrategyNames(StrategyTask::kClassification);
+  for (const std::string& name : StrategyNames(StrategyTask::kRegression)) {
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   return names;
@@ -768,11 +767,10 @@ std::vector<std::string> AllStrategyNames() {
 // Whether `strategy` needs several members in every kind of run that has it (`variance` of
 // class probabilities does, a regression run's predictive variance does not).
 bool NeedsSeveralMembersInAnyRun(const std::string& strategy) {
-  const auto& regression = RegressionStrategies();
-  const bool in_regression =
-      std::find(regression.begin(), regression.end(), strategy) != regression.end();
-  return in_regression ? RegressionStrategyNeedsSeveralMembers(strategy)
-                       : StrategyNeedsSeveralMembers(strategy);
+  const Strategy* regression = FindStrategy(strategy, StrategyTask::kRegression);
+  const Strategy* classification = FindStrategy(strategy, StrategyTask::kClassification);
+  if (regression != nullptr) return regression->needs_several_members;
+  return classification != nullptr && classification->needs_several_members;
 }
 
 // Whether the file's [[update]] steps include acquire, read before they are parsed (the
@@ -794,54 +792,42 @@ bool FileAcquires(const TV& root) {
 
 // After the members: a disagreement strategy needs at least two. `acquires`: the run has an
 // acquire step, so the table is required.
-void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
-  const TV* t = r.Table("acquisition");
-  if (t == nullptr && r.ok() && acquires) {
-    r.Missing("acquisition", "an [acquisition] table, for the acquire step");
-  }
-  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
-           {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
-            "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates",
-            "pool_sample"});
+// `name` (the value of acquisition.`key`) must be a strategy some run takes, and one that a
+// run of this many members can use.
+void CheckStrategyName(Reader& a, const char* key, const std::string& name, size_t members) {
   const std::vector<std::string> strategies = AllStrategyNames();
-  std::string& strategy = c->acquisition.strategy;
-  if (a.String("strategy", &strategy)) {
-    if (std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
-      std::string suggestion = ClosestName(strategy, strategies);
-      a.Fail("strategy", "unknown strategy '" + strategy + "'" +
-                             (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
-                             "; one of " + NameList(strategies));
-    } else if (NeedsSeveralMembersInAnyRun(strategy) && c->members.size() < 2) {
-      a.Fail("strategy", "'" + strategy +
-                             "' measures disagreement between members and needs at least 2 "
-                             "[[member]] entries");
-    }
-  } else if (a.ok() && t != nullptr) {
-    a.Missing("strategy", "one of " + NameList(strategies));
+  if (std::find(strategies.begin(), strategies.end(), name) == strategies.end()) {
+    std::string suggestion = ClosestName(name, strategies);
+    a.Fail(key, "unknown strategy '" + name + "'" +
+                    (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
+                    "; one of " + NameList(strategies));
+  } else if (NeedsSeveralMembersInAnyRun(name) && members < 2) {
+    a.Fail(key, "'" + name +
+                    "' measures disagreement between members and needs at least 2 [[member]] "
+                    "entries");
   }
-  if (!a.Int("batch_size", &c->acquisition.batch_size, 1) && a.ok() && t != nullptr) {
-    a.Missing("batch_size", "k, the samples labelled per round");
-  }
-  int64_t seed = 0;
-  if (a.Int("seed", &seed, 0)) c->acquisition.seed = static_cast<uint64_t>(seed);
-  // The band of scores a pick may have (DP-GEN's trust levels): [min_score, max_score).
+}
+
+// The band of scores a pick may have (DP-GEN's trust levels): [min_score, max_score).
+void ParseScoreBand(Reader& a, ScoreBand* band) {
   for (const char* key : {"min_score", "max_score"}) {
     double value = 0;
     if (!a.Number(key, &value)) continue;
     if (!std::isfinite(value)) {
       a.Fail(key, "must be a finite number");
     } else if (std::string(key) == "min_score") {
-      c->acquisition.band.lower = value;
+      band->lower = value;
     } else {
-      c->acquisition.band.upper = value;
+      band->upper = value;
     }
   }
-  const ScoreBand& band = c->acquisition.band;
-  if (a.ok() && band.lower && band.upper && *band.lower >= *band.upper) {
+  if (a.ok() && band->lower && band->upper && *band->lower >= *band->upper) {
     a.Fail("max_score", fmt::format("{} is not above min_score {}: no sample could be picked",
-                                    *band.upper, *band.lower));
+                                    *band->upper, *band->lower));
   }
-  BatchSelection& selection = c->acquisition.selection;
+}
+
+void ParseBatchSelection(Reader& a, BatchSelection* selection) {
   if (std::string name; a.String("selection", &name)) {
     const std::vector<std::string>& names = BatchSelectionNames();
     auto it = std::find(names.begin(), names.end(), name);
@@ -851,56 +837,48 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
                               (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
                               "; one of " + NameList(names));
     } else {
-      selection.kind = static_cast<BatchSelection::Kind>(it - names.begin());
+      selection->kind = static_cast<BatchSelection::Kind>(it - names.begin());
     }
   }
-  if (a.Number("temperature", &selection.temperature)) {
-    if (!(selection.temperature > 0 && selection.temperature <= 1e6)) {
+  if (a.Number("temperature", &selection->temperature)) {
+    if (!(selection->temperature > 0 && selection->temperature <= 1e6)) {
       a.Fail("temperature", "must be > 0 and at most 1e6");
-    } else if (selection.kind == BatchSelection::Kind::kTop) {
+    } else if (selection->kind == BatchSelection::Kind::kTop) {
       a.Fail("temperature", "only for a stochastic selection (power, softmax, softrank)");
     }
   }
-  a.Int("cold_start_rounds", &c->acquisition.cold_start_rounds, 0);
-  if (a.String("cold_start_strategy", &c->acquisition.cold_start_strategy)) {
-    const std::string& cold = c->acquisition.cold_start_strategy;
-    if (std::find(strategies.begin(), strategies.end(), cold) == strategies.end()) {
-      std::string suggestion = ClosestName(cold, strategies);
-      a.Fail("cold_start_strategy",
-             "unknown strategy '" + cold + "'" +
-                 (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") + "; one of " +
-                 NameList(strategies));
-    } else if (c->acquisition.cold_start_rounds == 0) {
-      a.Fail("cold_start_strategy", "set cold_start_rounds too: the rounds it acquires in");
-    } else if (NeedsSeveralMembersInAnyRun(cold) && c->members.size() < 2) {
-      a.Fail("cold_start_strategy", "'" + cold +
-                                        "' measures disagreement between members and needs at "
-                                        "least 2 [[member]] entries");
+}
+
+void ParsePoolSample(Reader& a, LoopConfig* c) {
+  if (!a.Int("pool_sample", &c->acquisition.pool_sample, 1)) return;
+  c->acquisition.pool_sample_line = a.KeyLine("pool_sample");
+  const int64_t k = c->acquisition.batch_size;
+  if (k > 0 && c->acquisition.pool_sample < k) {
+    a.Fail("pool_sample", fmt::format("{} is below batch_size {}: a round could not pick its "
+                                      "batch from the sample",
+                                      c->acquisition.pool_sample, k));
+  }
+  for (const MemberConfig& m : c->members) {
+    if (m.is_script() && a.ok()) {
+      a.Fail("pool_sample", "member " + m.name +
+                                " is an outside member, which predicts the whole pool; "
+                                "pool_sample needs native members");
     }
   }
-  if (a.Int("pool_sample", &c->acquisition.pool_sample, 1)) {
-    c->acquisition.pool_sample_line = a.KeyLine("pool_sample");
-    const int64_t k = c->acquisition.batch_size;
-    if (k > 0 && c->acquisition.pool_sample < k) {
-      a.Fail("pool_sample", fmt::format("{} is below batch_size {}: a round could not pick its "
-                                        "batch from the sample",
-                                        c->acquisition.pool_sample, k));
-    }
-    for (const MemberConfig& m : c->members) {
-      if (m.is_script() && a.ok()) {
-        a.Fail("pool_sample", "member " + m.name +
-                                  " is an outside member, which predicts the whole pool; "
-                                  "pool_sample needs native members");
-      }
-    }
-  }
-  // BatchBALD's own settings, and its batch is its own: no stochastic draw over it.
-  const bool batchbald =
-      strategy == "batchbald" ||
-      (c->acquisition.cold_start_rounds > 0 && c->acquisition.cold_start_strategy == "batchbald");
+}
+
+// What a strategy asks of the rest of [acquisition]: BatchBALD's own settings (and its batch is
+// its own: no stochastic draw over it); margin's scores are <= 0 (the negated gap), so no power
+// of them is a weight.
+void CheckStrategySettings(Reader& a, AcquisitionConfig* acquisition) {
+  const bool cold = acquisition->cold_start_rounds > 0;
+  auto uses = [&](const char* name) {
+    return acquisition->strategy == name || (cold && acquisition->cold_start_strategy == name);
+  };
+  const bool batchbald = uses("batchbald");
   for (auto [key, out, max] :
-       {std::tuple{"batchbald_samples", &c->acquisition.batch_bald.samples, int64_t{1000000}},
-        std::tuple{"batchbald_candidates", &c->acquisition.batch_bald.candidates,
+       {std::tuple{"batchbald_samples", &acquisition->batch_bald.samples, int64_t{1000000}},
+        std::tuple{"batchbald_candidates", &acquisition->batch_bald.candidates,
                    int64_t{10000000}}}) {
     if (!a.Int(key, out, 1)) continue;
     if (*out > max) {
@@ -909,18 +887,52 @@ void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
       a.Fail(key, "only for strategy = \"batchbald\"");
     }
   }
-  if (a.ok() && batchbald && selection.kind != BatchSelection::Kind::kTop) {
+  const BatchSelection::Kind kind = acquisition->selection.kind;
+  if (a.ok() && batchbald && kind != BatchSelection::Kind::kTop) {
     a.Fail("selection", "batchbald picks its batch jointly; it takes no stochastic selection");
   }
-  // margin's scores are <= 0 (the negated gap): no power of them is a weight.
-  const bool cold_margin =
-      c->acquisition.cold_start_rounds > 0 && c->acquisition.cold_start_strategy == "margin";
-  if (a.ok() && selection.kind == BatchSelection::Kind::kPower &&
-      (strategy == "margin" || cold_margin)) {
+  if (a.ok() && kind == BatchSelection::Kind::kPower && uses("margin")) {
     a.Fail("selection",
            "power draws by score^(1/T), and margin's scores are <= 0; use softmax "
            "or softrank");
   }
+}
+
+void ParseAcquisition(Errors* e, Reader& r, bool acquires, LoopConfig* c) {
+  const TV* t = r.Table("acquisition");
+  if (t == nullptr && r.ok() && acquires) {
+    r.Missing("acquisition", "an [acquisition] table, for the acquire step");
+  }
+  Reader a(e, t, "acquisition.", t ? LineOf(*t) : 1,
+           {"strategy", "batch_size", "seed", "min_score", "max_score", "selection", "temperature",
+            "cold_start_rounds", "cold_start_strategy", "batchbald_samples", "batchbald_candidates",
+            "pool_sample"});
+  AcquisitionConfig& acquisition = c->acquisition;
+  if (a.String("strategy", &acquisition.strategy)) {
+    CheckStrategyName(a, "strategy", acquisition.strategy, c->members.size());
+  } else if (a.ok() && t != nullptr) {
+    a.Missing("strategy", "one of " + NameList(AllStrategyNames()));
+  }
+  if (!a.Int("batch_size", &acquisition.batch_size, 1) && a.ok() && t != nullptr) {
+    a.Missing("batch_size", "k, the samples labelled per round");
+  }
+  int64_t seed = 0;
+  if (a.Int("seed", &seed, 0)) acquisition.seed = static_cast<uint64_t>(seed);
+  ParseScoreBand(a, &acquisition.band);
+  ParseBatchSelection(a, &acquisition.selection);
+  a.Int("cold_start_rounds", &acquisition.cold_start_rounds, 0);
+  if (a.String("cold_start_strategy", &acquisition.cold_start_strategy)) {
+    const std::string& cold = acquisition.cold_start_strategy;
+    const std::vector<std::string> strategies = AllStrategyNames();
+    if (std::find(strategies.begin(), strategies.end(), cold) != strategies.end() &&
+        acquisition.cold_start_rounds == 0) {
+      a.Fail("cold_start_strategy", "set cold_start_rounds too: the rounds it acquires in");
+    } else {
+      CheckStrategyName(a, "cold_start_strategy", cold, c->members.size());
+    }
+  }
+  ParsePoolSample(a, c);
+  CheckStrategySettings(a, &acquisition);
 }
 
 void ParseOracle(Errors* e, Reader& r, const fs::path& base, OracleConfig* oracle) {
@@ -966,15 +978,118 @@ std::string DefaultStepName(const UpdateStepConfig& step) {
 }
 
 // One [[update]] entry, the index-th (from 0).
-bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base, LoopConfig* c) {
-  const std::string prefix = "update[" + std::to_string(index + 1) + "].";
-  if (!t.is_table()) {
-    e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
-    return false;
+// Each kind's own settings, read from its [[update]] table `u` into `step`.
+using ParseStepFields = void (*)(Errors* e, Reader& u, const fs::path& base, const LoopConfig& c,
+                                 UpdateStepConfig* step);
+
+void ParseAcquireFields(Errors*, Reader& u, const fs::path&, const LoopConfig& c,
+                        UpdateStepConfig*) {
+  for (const auto& other : c.updates) {
+    if (other.kind == UpdateStepConfig::Kind::kAcquire) {
+      u.Fail("kind", "a run has at most one acquire step (the other is at line " +
+                         std::to_string(other.line) + ")");
+    }
   }
-  UpdateStepConfig step;
-  step.line = LineOf(t);
-  // Each setting and the kinds it belongs to.
+}
+
+void ParseCommandFields(Errors* e, Reader& u, const fs::path& base, const LoopConfig&,
+                        UpdateStepConfig* step) {
+  const TV* cmd = u.Get("command");
+  if (cmd == nullptr) {
+    u.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
+  } else {
+    ReadArgv(e, *cmd, u.Field("command"), base, &step->command);
+  }
+  if (u.Number("timeout_s", &step->timeout_s) &&
+      !(step->timeout_s >= 0 && step->timeout_s <= kMaxSeconds)) {
+    u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
+  }
+  const TV* predict = u.Get("predict");
+  if (predict == nullptr || !u.ok()) return;
+  const std::string tables =
+      "a list of the tables the members predict for the program: "
+      "\"train\", \"pool\", \"test\"";
+  if (!predict->is_array()) {
+    u.Fail("predict", "expected " + tables + ", got " + Shown(*predict));
+    return;
+  }
+  for (const TV& entry : predict->as_array()) {
+    const std::string name = entry.is_string() ? entry.as_string().str : "";
+    if (name == "train") {
+      step->predict_train = true;
+    } else if (name != "pool" && name != "test") {
+      u.Fail("predict", "expected " + tables + ", got " + Shown(entry));
+      break;
+    }
+  }
+}
+
+void ParsePseudoLabelFields(Errors*, Reader& u, const fs::path&, const LoopConfig&,
+                            UpdateStepConfig* step) {
+  if (!u.Number("threshold", &step->threshold)) {
+    if (u.ok()) u.Missing("threshold", "the ensemble confidence a pool sample needs, in (0, 1]");
+  } else if (!(step->threshold > 0 && step->threshold <= 1)) {
+    u.Fail("threshold", "must be in (0, 1]: the ensemble's mean probability of its class");
+  }
+  u.Bool("agreement", &step->agreement);
+  u.Int("max_per_round", &step->max_per_round, 0);
+  u.Int("max_per_class", &step->max_per_class, 0);
+}
+
+void ParseRelabelOrDropFields(Errors*, Reader& u, const fs::path&, const LoopConfig& c,
+                              UpdateStepConfig* step) {
+  if (!u.Number("threshold", &step->threshold)) {
+    if (u.ok()) {
+      u.Missing("threshold",
+                "a train sample is a suspect when the ensemble gives its label a "
+                "probability below this, in (0, 1)");
+    }
+  } else if (!(step->threshold > 0 && step->threshold < 1)) {
+    u.Fail("threshold", "must be in (0, 1): the ensemble's mean probability of the stored label");
+  }
+  u.Int("max_per_round", &step->max_per_round, 0);
+  std::string action = "drop";
+  if (!u.String("action", &action)) return;
+  if (action == "relabel") {
+    step->action = UpdateStepConfig::Action::kRelabel;
+    if (c.oracle.kind != OracleConfig::Kind::kCommand) {
+      u.Fail("action",
+             "\"relabel\" asks the oracle for new labels, and a hidden_labels "
+             "oracle has none for train samples: set [oracle] kind = \"command\", "
+             "or action = \"drop\"");
+    }
+  } else if (action != "drop") {
+    u.Fail("action", "unknown action '" + action + "'; one of drop, relabel");
+  }
+}
+
+void ParseImportNewFields(Errors*, Reader& u, const fs::path& base, const LoopConfig& c,
+                          UpdateStepConfig* step) {
+  if (!u.String("directory", &step->directory)) {
+    if (u.ok()) u.Missing("directory", "where new .npy and .csv files arrive");
+  } else {
+    step->directory = Resolve(base, step->directory);
+  }
+  if (!u.String("table", &step->table)) step->table = c.store.train;
+  u.String("label_column", &step->label_column);
+}
+
+// The [[update]] kinds, one row each (the order the messages list them in), and each setting
+// with the kinds it belongs to. A new kind is a row here, its fields in UpdateStepConfig, and
+// its run function in loop/update/.
+struct StepKindRow {
+  const char* name;
+  UpdateStepConfig::Kind kind;
+  ParseStepFields parse;
+};
+constexpr StepKindRow kStepKindRows[] = {
+    {"acquire", UpdateStepConfig::Kind::kAcquire, ParseAcquireFields},
+    {"command", UpdateStepConfig::Kind::kCommand, ParseCommandFields},
+    {"pseudo_label", UpdateStepConfig::Kind::kPseudoLabel, ParsePseudoLabelFields},
+    {"relabel_or_drop", UpdateStepConfig::Kind::kRelabelOrDrop, ParseRelabelOrDropFields},
+    {"import_new", UpdateStepConfig::Kind::kImportNew, ParseImportNewFields},
+};
+const std::vector<std::pair<std::string, std::vector<std::string>>>& StepSettings() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kSettings = {
       {"command", {"command"}},
       {"timeout_s", {"command"}},
@@ -987,21 +1102,13 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
       {"directory", {"import_new"}},
       {"table", {"import_new"}},
       {"label_column", {"import_new"}}};
-  std::vector<std::string> keys = {"kind", "name"};
-  for (const auto& [key, owners] : kSettings) keys.push_back(key);
-  Reader u(e, &t, prefix, step.line, keys);
-  const std::vector<std::string> kinds = {"acquire", "command", "pseudo_label", "relabel_or_drop",
-                                          "import_new"};
-  std::string kind;
-  if (!u.String("kind", &kind)) {
-    if (u.ok()) u.Missing("kind", "one of " + NameList(kinds));
-    return false;
-  }
-  // Settings of another kind, once the kind itself is known (an unknown one is said first).
-  const bool known = std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
-  for (const auto& [key, owners] : kSettings) {
-    if (!known || u.Get(key) == nullptr ||
-        std::find(owners.begin(), owners.end(), kind) != owners.end()) {
+  return kSettings;
+}
+
+// Settings of another kind than `kind` are refused, each naming the kinds it belongs to.
+void RefuseOtherKindsSettings(Reader& u, const std::string& kind) {
+  for (const auto& [key, owners] : StepSettings()) {
+    if (u.Get(key) == nullptr || std::find(owners.begin(), owners.end(), kind) != owners.end()) {
       continue;
     }
     std::string which;
@@ -1010,96 +1117,42 @@ bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base,
     }
     u.Fail(key, "only for kind = " + which);
   }
+}
+
+bool ParseUpdateStep(Errors* e, const TV& t, size_t index, const fs::path& base, LoopConfig* c) {
+  const std::string prefix = "update[" + std::to_string(index + 1) + "].";
+  if (!t.is_table()) {
+    e->Fail(LineOf(t), prefix.substr(0, prefix.size() - 1), "expected a table");
+    return false;
+  }
+  UpdateStepConfig step;
+  step.line = LineOf(t);
+  std::vector<std::string> keys = {"kind", "name"};
+  for (const auto& [key, owners] : StepSettings()) keys.push_back(key);
+  Reader u(e, &t, prefix, step.line, keys);
+  std::vector<std::string> kinds;
+  for (const StepKindRow& row : kStepKindRows) kinds.emplace_back(row.name);
+  std::string kind;
+  if (!u.String("kind", &kind)) {
+    if (u.ok()) u.Missing("kind", "one of " + NameList(kinds));
+    return false;
+  }
+  const StepKindRow* row = nullptr;
+  for (const StepKindRow& r : kStepKindRows) {
+    if (kind == r.name) row = &r;
+  }
+  // Settings of another kind, once the kind itself is known (an unknown one is said first).
+  if (row != nullptr) RefuseOtherKindsSettings(u, kind);
   if (!u.ok()) return false;
-  if (kind == "acquire") {
-    step.kind = UpdateStepConfig::Kind::kAcquire;
-    for (const auto& other : c->updates) {
-      if (other.kind == UpdateStepConfig::Kind::kAcquire) {
-        u.Fail("kind", "a run has at most one acquire step (the other is at line " +
-                           std::to_string(other.line) + ")");
-      }
-    }
-  } else if (kind == "command") {
-    step.kind = UpdateStepConfig::Kind::kCommand;
-    const TV* cmd = u.Get("command");
-    if (cmd == nullptr) {
-      u.Fail("kind", "kind = \"command\" needs command = [\"program\", \"arg\", ...]");
-    } else {
-      ReadArgv(e, *cmd, prefix + "command", base, &step.command);
-    }
-    if (u.Number("timeout_s", &step.timeout_s) &&
-        !(step.timeout_s >= 0 && step.timeout_s <= kMaxSeconds)) {
-      u.Fail("timeout_s", "must be >= 0 (0: no limit) and at most 1e7 seconds");
-    }
-    if (const TV* predict = u.Get("predict"); predict != nullptr && u.ok()) {
-      const std::string tables =
-          "a list of the tables the members predict for the program: "
-          "\"train\", \"pool\", \"test\"";
-      if (!predict->is_array()) {
-        u.Fail("predict", "expected " + tables + ", got " + Shown(*predict));
-      } else {
-        for (const TV& entry : predict->as_array()) {
-          const std::string name = entry.is_string() ? entry.as_string().str : "";
-          if (name == "train") {
-            step.predict_train = true;
-          } else if (name != "pool" && name != "test") {
-            u.Fail("predict", "expected " + tables + ", got " + Shown(entry));
-            break;
-          }
-        }
-      }
-    }
-  } else if (kind == "relabel_or_drop") {
-    step.kind = UpdateStepConfig::Kind::kRelabelOrDrop;
-    if (!u.Number("threshold", &step.threshold)) {
-      if (u.ok()) {
-        u.Missing("threshold",
-                  "a train sample is a suspect when the ensemble gives its label a "
-                  "probability below this, in (0, 1)");
-      }
-    } else if (!(step.threshold > 0 && step.threshold < 1)) {
-      u.Fail("threshold", "must be in (0, 1): the ensemble's mean probability of the stored label");
-    }
-    u.Int("max_per_round", &step.max_per_round, 0);
-    std::string action = "drop";
-    if (u.String("action", &action)) {
-      if (action == "relabel") {
-        step.action = UpdateStepConfig::Action::kRelabel;
-        if (c->oracle.kind != OracleConfig::Kind::kCommand) {
-          u.Fail("action",
-                 "\"relabel\" asks the oracle for new labels, and a hidden_labels "
-                 "oracle has none for train samples: set [oracle] kind = \"command\", "
-                 "or action = \"drop\"");
-        }
-      } else if (action != "drop") {
-        u.Fail("action", "unknown action '" + action + "'; one of drop, relabel");
-      }
-    }
-  } else if (kind == "import_new") {
-    step.kind = UpdateStepConfig::Kind::kImportNew;
-    if (!u.String("directory", &step.directory)) {
-      if (u.ok()) u.Missing("directory", "where new .npy and .csv files arrive");
-    } else {
-      step.directory = Resolve(base, step.directory);
-    }
-    if (!u.String("table", &step.table)) step.table = c->store.train;
-    u.String("label_column", &step.label_column);
-  } else if (kind == "pseudo_label") {
-    step.kind = UpdateStepConfig::Kind::kPseudoLabel;
-    if (!u.Number("threshold", &step.threshold)) {
-      if (u.ok()) u.Missing("threshold", "the ensemble confidence a pool sample needs, in (0, 1]");
-    } else if (!(step.threshold > 0 && step.threshold <= 1)) {
-      u.Fail("threshold", "must be in (0, 1]: the ensemble's mean probability of its class");
-    }
-    u.Bool("agreement", &step.agreement);
-    u.Int("max_per_round", &step.max_per_round, 0);
-    u.Int("max_per_class", &step.max_per_class, 0);
-  } else {
+  if (row == nullptr) {
     std::string suggestion = ClosestName(kind, kinds);
     u.Fail("kind", "unknown update step '" + kind + "'" +
                        (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
                        "; one of " + NameList(kinds));
+    return false;
   }
+  step.kind = row->kind;
+  row->parse(e, u, base, *c, &step);
   if (!u.ok()) return false;
   if (u.String("name", &step.name) && !ValidName(step.name)) {
     u.Fail("name", "'" + step.name + "' is not a valid step name: " + kNameRule);
@@ -1308,6 +1361,12 @@ bool HasAcquireStep(const LoopConfig& config) {
          });
 }
 
+bool HasStepsBeyondAcquire(const LoopConfig& config) {
+  return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
+    return u.kind != UpdateStepConfig::Kind::kAcquire;
+  });
+}
+
 bool UpdatesReadTrainPredictions(const LoopConfig& config) {
   return std::any_of(config.updates.begin(), config.updates.end(), [](const UpdateStepConfig& u) {
     return u.kind == UpdateStepConfig::Kind::kRelabelOrDrop ||
@@ -1316,17 +1375,8 @@ bool UpdatesReadTrainPredictions(const LoopConfig& config) {
 }
 
 const char* UpdateKindName(UpdateStepConfig::Kind kind) {
-  switch (kind) {
-    case UpdateStepConfig::Kind::kCommand:
-      return "command";
-    case UpdateStepConfig::Kind::kPseudoLabel:
-      return "pseudo_label";
-    case UpdateStepConfig::Kind::kImportNew:
-      return "import_new";
-    case UpdateStepConfig::Kind::kRelabelOrDrop:
-      return "relabel_or_drop";
-    case UpdateStepConfig::Kind::kAcquire:
-      break;
+  for (const StepKindRow& row : kStepKindRows) {
+    if (row.kind == kind) return row.name;
   }
   return "acquire";
 }

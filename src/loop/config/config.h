@@ -23,8 +23,9 @@
 #include "common/status.h"
 #include "launch/device.h"
 #include "launch/slurm.h"
-#include "loop/acquire/acquisition.h"
 #include "loop/acquire/batch_bald.h"
+#include "loop/acquire/selection.h"
+#include "loop/acquire/strategy.h"
 #include "model/train_config.h"
 
 namespace cohort::loop {
@@ -64,7 +65,7 @@ struct MemberConfig {
 };
 
 struct AcquisitionConfig {
-  // One of AcquisitionStrategies() (classification runs) or RegressionStrategies().
+  // A strategy name of loop/acquire/strategy.h for the run's task.
   std::string strategy;
   int64_t batch_size = 0;  // k: samples labelled per round, > 0
   uint64_t seed = 0;       // tie-breaking (and `random`)
@@ -72,8 +73,8 @@ struct AcquisitionConfig {
   // levels: below, the members agree already; above, the sample is an outlier), so a round
   // may pick fewer than k. Unset bounds are open.
   ScoreBand band;
-  // How the batch is drawn from the scores (acquisition.h): the top k, or a stochastic draw
-  // (power, softmax, softrank) at `temperature`.
+  // How the batch is drawn from the scores (loop/acquire/selection.h): the top k, or a stochastic
+  // draw (power, softmax, softrank) at `temperature`.
   BatchSelection selection;
   // Score only a seeded random sample of this many pool rows each round (Gal et al. 2017,
   // Baal's max_sample): the members predict just those rows (PoolSampleOfRound); 0: all.
@@ -93,7 +94,9 @@ struct AcquisitionConfig {
   // Whether round `round`'s acquisition reads the members' pool predictions: `random` does not
   // (every sample scores 0 and the seeded tie-break draws the picks), so its members need not
   // predict the pool for it.
-  bool ScoresPredictionsInRound(int64_t round) const { return StrategyOfRound(round) != "random"; }
+  bool ScoresPredictionsInRound(int64_t round) const {
+    return StrategyReadsPredictions(StrategyOfRound(round));
+  }
 };
 
 struct OracleConfig {
@@ -141,6 +144,10 @@ const char* UpdateKindName(UpdateStepConfig::Kind kind);
 struct LoopConfig;
 // Whether the run's update steps include `acquire` (the default single step does).
 bool HasAcquireStep(const LoopConfig& config);
+// Whether the run has an update step other than acquire. Such a run journals each step and its
+// round's line lists them; its members predict the pool every round (a step may read it); a
+// run of the default single acquire step journals its round alone, as it always has.
+bool HasStepsBeyondAcquire(const LoopConfig& config);
 // Whether an update step reads the members' predictions of the train table, so members predict
 // it in every round that runs the update steps.
 bool UpdatesReadTrainPredictions(const LoopConfig& config);

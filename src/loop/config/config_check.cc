@@ -4,8 +4,7 @@
 
 #include <algorithm>
 
-#include "loop/acquire/acquisition.h"
-#include "loop/acquire/regression_scores.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/predictions.h"
 #include "loop/ensemble/regression.h"
 #include "model/augment.h"
@@ -34,8 +33,8 @@ std::string ModelWhere(const LoopConfig& config, size_t index) {
 // would never end it.
 Status CheckRunKindFits(const LoopConfig& config, const RunTask& task,
                         const store::Snapshot& snap) {
-  const std::vector<std::string>& strategies =
-      task.regression ? RegressionStrategies() : AcquisitionStrategies();
+  const std::vector<std::string> strategies = StrategyNames(
+      task.regression ? StrategyTask::kRegression : StrategyTask::kClassification);
   const AcquisitionConfig& acquisition = config.acquisition;
   for (const auto& [field, strategy] :
        {std::pair<std::string, std::string>{"strategy", acquisition.strategy},

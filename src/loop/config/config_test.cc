@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "loop/acquire/acquisition.h"
+#include "loop/acquire/strategy.h"
 
 namespace cohort::loop {
 namespace {
@@ -365,11 +365,11 @@ TEST(LoopConfigTest, UnknownStrategy) {
       << m;
 }
 
-// Both messages list the strategies acquisition.h knows, not a copy of them.
+// Both messages list the strategies strategy.h knows, not a copy of them.
 // Both kinds of run's names (which kind a run is, its store says), classification's first.
 TEST(LoopConfigTest, StrategyMessagesListTheAcquisitionStrategies) {
   std::string list;
-  for (const auto& s : AcquisitionStrategies()) list += (list.empty() ? "" : ", ") + s;
+  for (const auto& s : StrategyNames(StrategyTask::kClassification)) list += (list.empty() ? "" : ", ") + s;
   EXPECT_EQ(list,
             "random, entropy, margin, least_confident, variance, bald, vote_entropy, batchbald");
   list += ", max_deviation, mean_deviation";

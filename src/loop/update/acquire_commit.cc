@@ -9,14 +9,10 @@
 
 #include "common/row_sample.h"
 #include "common/worker_protocol.h"
-#include "loop/acquire/acquisition.h"
-#include "loop/acquire/batch_bald.h"
-#include "loop/acquire/regression_scores.h"
+#include "loop/acquire/pool_picks.h"
 #include "loop/acquire/round_seeds.h"
-#include "loop/acquire/stream_scores.h"
-#include "loop/ensemble/prediction_stream.h"
+#include "loop/acquire/strategy.h"
 #include "loop/ensemble/predictions.h"
-#include "loop/ensemble/regression.h"
 #include "loop/run/crash_point.h"
 #include "loop/update/oracle.h"
 #include "store/store.h"
@@ -40,75 +36,46 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
                    const std::vector<MemberResult>& results, int64_t k) {
   Picks picks;
   if (k <= 0) return picks;
-  // A random round reads no predictions: its members did not predict the pool
-  // (controller.cc, RoundReadsPoolPredictions).
-  const bool random = !c.config->acquisition.ScoresPredictionsInRound(round);
-  std::vector<std::pair<size_t, std::string>> files;
-  std::vector<PoolSampleFile> samples_files;  // classification: MC-dropout passes where asked
-  for (size_t i = 0; i < results.size() && !random; ++i) {
-    if (!results[i].done) continue;
-    const std::string path = c.paths->Absolute(results[i].predictions_pool);
-    files.emplace_back(i, path);
-    const int64_t passes = c.config->members[i].dropout_passes;
-    samples_files.push_back({i,
-                             passes > 0 ? (std::filesystem::path(path).parent_path() /
-                                           std::string(protocol::file::kPoolDropoutPasses))
-                                              .string()
-                                        : path,
-                             passes});
-  }
+  const AcquisitionConfig& acquisition = c.config->acquisition;
+  COHORT_ASSIGN_OR_RETURN(const Strategy* strategy,
+                          LookUpStrategy(acquisition.StrategyOfRound(round),
+                                         c.task.regression ? StrategyTask::kRegression
+                                                           : StrategyTask::kClassification));
   // With pool_sample the members predicted only the round's sample: index i is pool row
   // (*sample)[i].
-  const std::optional<std::vector<uint64_t>> sample = PoolSampleOfRound(
-      c.config->acquisition.pool_sample, c.config->acquisition.seed, round, pool.size());
-  const uint64_t rows = sample ? sample->size() : pool.size();
-  const AcquisitionConfig& acquisition = c.config->acquisition;
-  const bool batchbald = acquisition.StrategyOfRound(round) == "batchbald";
-  // Per-sample strategies score the files a block at a time (loop/ensemble/prediction_stream.h);
-  // BatchBALD and regression runs stack them whole.
-  StackedPredictions stacked;
-  if (!random && c.task.regression) {
-    COHORT_ASSIGN_OR_RETURN(stacked, StackPredictions(files, rows, c.task));
-  } else if (!random && batchbald) {
-    COHORT_ASSIGN_OR_RETURN(stacked, StackPoolSamples(samples_files, rows, c.classes));
+  const std::optional<std::vector<uint64_t>> sample =
+      PoolSampleOfRound(acquisition.pool_sample, acquisition.seed, round, pool.size());
+  PoolPickRequest request;
+  request.rows = sample ? sample->size() : pool.size();
+  request.task = c.task;
+  request.classes = c.classes;
+  request.k = k;
+  request.seed = RoundSeed(acquisition.seed, round);
+  request.band = acquisition.band;
+  request.selection = acquisition.selection;
+  request.batch_bald = acquisition.batch_bald;
+  // A strategy that reads no predictions (random) gets none: its members did not predict the
+  // pool (controller.cc, RoundReadsPoolPredictions).
+  for (size_t i = 0; i < results.size() && strategy->reads_predictions(); ++i) {
+    if (!results[i].done) continue;
+    const std::string path = c.paths->Absolute(results[i].predictions_pool);
+    request.predictions.emplace_back(i, path);
+    const int64_t passes = c.config->members[i].dropout_passes;
+    request.samples.push_back({i,
+                               passes > 0 ? (std::filesystem::path(path).parent_path() /
+                                             std::string(protocol::file::kPoolDropoutPasses))
+                                                .string()
+                                          : path,
+                               passes});
   }
-  std::vector<double> scores;
-  if (random || (batchbald && !c.task.regression)) {
-    // random: every sample scores 0 and the seeded tie-break draws the picks. BatchBALD:
-    // SelectBatchBald scores BALD itself; the journal keeps the picks' gains, set below.
-    scores.assign(rows, 0.0);
-  } else if (c.task.regression) {
-    COHORT_ASSIGN_OR_RETURN(auto view, MakeRegressionPredictions(stacked.data, stacked.members,
-                                                                 stacked.samples, stacked.outputs));
-    COHORT_ASSIGN_OR_RETURN(scores, ScoreRegression(acquisition.StrategyOfRound(round), view));
-  } else {
-    COHORT_ASSIGN_OR_RETURN(
-        scores, StreamScores(acquisition.StrategyOfRound(round), samples_files, rows, c.classes));
-  }
-  // The same picks as Acquire when no band is set and the selection is the top k.
-  const uint64_t seed = RoundSeed(acquisition.seed, round);
-  std::vector<int64_t> picked;
-  if (batchbald) {
-    // The journal keeps each pick's BatchBALD gain: what it added given the picks before it.
-    COHORT_ASSIGN_OR_RETURN(auto view, MakeEnsemblePredictions(stacked.data, stacked.members,
-                                                               stacked.samples, stacked.classes));
-    COHORT_ASSIGN_OR_RETURN(BatchBaldPicks joint, SelectBatchBald(view, k, seed, acquisition.band,
-                                                                  acquisition.batch_bald));
-    for (size_t j = 0; j < joint.indices.size(); ++j) {
-      scores[static_cast<size_t>(joint.indices[j])] = joint.gains[j];
-    }
-    picked = std::move(joint.indices);
-  } else {
-    COHORT_ASSIGN_OR_RETURN(picked,
-                            SelectBatch(scores, k, seed, acquisition.band, acquisition.selection));
-  }
+  COHORT_ASSIGN_OR_RETURN(PoolPicks picked, PickFromPool(*strategy, request));
   std::vector<AcquiredSample> samples;
-  for (int64_t index : picked) {
+  for (int64_t index : picked.indices) {
     const auto i = static_cast<uint64_t>(index);
     const uint64_t row = sample ? (*sample)[i] : i;
     picks.rows.push_back(row);
     picks.ids.push_back(pool.id(row));
-    samples.push_back({static_cast<int64_t>(picks.ids.back()), scores[i]});
+    samples.push_back({static_cast<int64_t>(picks.ids.back()), picked.scores[i]});
   }
   COHORT_RETURN_IF_ERROR(c.journal->RecordAcquisition(c.run_id, round, samples));
   return picks;

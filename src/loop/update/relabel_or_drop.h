@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/acquire/acquisition.h"
+#include "loop/ensemble/view.h"
 
 namespace cohort::loop {
 

@@ -1,8 +1,8 @@
 // What an ensemble says about each sample: the mean of its members' class probabilities, the
 // class it predicts, and how uncertain it is (`cohort predict RUN_DIR`; docs/cli.md).
 //
-// The uncertainty measures are the acquisition strategies' scores (acquisition.h; formulas in
-// docs/acquisition.md), so a sample's numbers here are the ones the loop ranked it by:
+// The uncertainty measures are the acquisition strategies' scores (sample_measures.h; formulas
+// in docs/acquisition.md), so a sample's numbers here are the ones the loop ranked it by:
 // predictive entropy is `entropy`, mutual information is `bald`, member variance is
 // `variance`. Vote agreement is the fraction of members whose own argmax is the ensemble's
 // predicted class.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "loop/acquire/acquisition.h"
+#include "loop/ensemble/view.h"
 
 namespace cohort::loop {
 

@@ -1,6 +1,8 @@
-#include "loop/acquire/uncertainty.h"
+#include "loop/ensemble/uncertainty.h"
 
 #include <algorithm>
+
+#include "loop/ensemble/sample_measures.h"
 
 namespace cohort::loop {
 
@@ -8,9 +10,9 @@ Result<EnsembleUncertainty> ComputeEnsembleUncertainty(const EnsemblePredictions
   EnsembleUncertainty out;
   out.samples = p.samples;
   out.classes = p.classes;
-  COHORT_ASSIGN_OR_RETURN(out.entropy, ScoreSamples("entropy", p));
-  COHORT_ASSIGN_OR_RETURN(out.mutual_information, ScoreSamples("bald", p));
-  COHORT_ASSIGN_OR_RETURN(out.variance, ScoreSamples("variance", p));
+  COHORT_ASSIGN_OR_RETURN(out.entropy, MeasureSamples(PredictiveEntropy, p));
+  COHORT_ASSIGN_OR_RETURN(out.mutual_information, MeasureSamples(MutualInformation, p));
+  COHORT_ASSIGN_OR_RETURN(out.variance, MeasureSamples(MemberVariance, p));
   const int64_t C = p.classes;
   out.mean.assign(static_cast<size_t>(p.samples * C), 0.0f);
   out.predicted.resize(static_cast<size_t>(p.samples));

@@ -1,4 +1,4 @@
-#include "loop/acquire/uncertainty.h"
+#include "loop/ensemble/uncertainty.h"
 
 #include <gtest/gtest.h>
 
