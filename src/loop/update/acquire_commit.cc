@@ -55,7 +55,7 @@ Result<Picks> Pick(const AcquireContext& c, int64_t round, const store::Table& p
   request.selection = acquisition.selection;
   request.batch_bald = acquisition.batch_bald;
   // A strategy that reads no predictions (random) gets none: its members did not predict the
-  // pool (controller.cc, RoundReadsPoolPredictions).
+  // pool (controller_impl.h, RoundReadsPoolPredictions).
   for (size_t i = 0; i < results.size() && strategy->reads_predictions(); ++i) {
     if (!results[i].done) continue;
     const std::string path = c.paths->Absolute(results[i].predictions_pool);

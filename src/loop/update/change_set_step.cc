@@ -246,6 +246,8 @@ Result<BegunStep> BeginChangeSetStep(const UpdateStepInput& input) {
   if (ec) return Status::IOError("clear " + changes_dir + ": " + ec.message());
   fs::create_directories(changes_dir, ec);
   if (ec) return Status::IOError("create " + changes_dir + ": " + ec.message());
+  COHORT_ASSIGN_OR_RETURN(s.input_snap,
+                          store::Snapshot::Open(c.paths->store(), input_generation, c.env));
   COHORT_RETURN_IF_ERROR(
       WriteText(s.predictions_path,
                 PredictionsJson(c, round, round_generation, *input.results).dump(2) + "\n"));

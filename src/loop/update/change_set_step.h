@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +36,7 @@ struct ChangeSetStep {
   std::string changes_dir;               // dir/changes, empty and ready to write
   std::string predictions_path;          // dir/predictions.json (COHORT_PREDICTIONS)
   std::vector<store::Manifest> history;  // the store's, when the step began
+  std::shared_ptr<const store::Snapshot> input_snap;  // the generation the step changes
 };
 
 struct BegunStep {

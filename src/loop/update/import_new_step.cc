@@ -38,7 +38,7 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 std::set<std::string> ImportedBefore(const LoopConfig& config, const UpdateStepConfig& step,
                                      const std::vector<store::Manifest>& history) {
   const std::string run = "cohort run " + config.name + " round ";
-  const std::string which = "(" + DescribeStep(step) + "): ";
+  const std::string which = fmt::format("({}): ", DescribeStep(step));
   std::set<std::string> names;
   for (const store::Manifest& m : history) {
     if (m.note.rfind(run, 0) != 0 || m.note.find(which) == std::string::npos) continue;
@@ -168,9 +168,7 @@ Result<UpdateStepResult> RunImportNewStep(const UpdateStepInput& input) {
   COHORT_ASSIGN_OR_RETURN(BegunStep begun, BeginChangeSetStep(input));
   if (begun.ended) return *begun.ended;
   const ChangeSetStep& s = begun.step;
-  COHORT_ASSIGN_OR_RETURN(auto input_snap,
-                          store::Snapshot::Open(c.paths->store(), input.input_generation, c.env));
-  auto files = WriteImports(c, step, s.history, *input_snap, s.changes_dir);
+  auto files = WriteImports(c, step, s.history, *s.input_snap, s.changes_dir);
   if (!files.ok()) return files.status().WithContext(s.what);
   if (files->empty()) {
     UpdateStepResult out;

@@ -64,10 +64,8 @@ Result<UpdateStepResult> RunPseudoLabelStep(const UpdateStepInput& input) {
   COHORT_ASSIGN_OR_RETURN(BegunStep begun, BeginChangeSetStep(input));
   if (begun.ended) return *begun.ended;
   const ChangeSetStep& s = begun.step;
-  COHORT_ASSIGN_OR_RETURN(auto input_snap,
-                          store::Snapshot::Open(c.paths->store(), input.input_generation, c.env));
   auto written =
-      WritePseudoLabels(c, step, *input.round_snap, *input_snap, *input.results, s.changes_dir);
+      WritePseudoLabels(c, step, *input.round_snap, *s.input_snap, *input.results, s.changes_dir);
   if (!written.ok()) return written.status().WithContext(s.what);
   return CommitChangeSet(input, s);
 }

@@ -97,10 +97,8 @@ Result<UpdateStepResult> RunRelabelOrDropStep(const UpdateStepInput& input) {
   COHORT_ASSIGN_OR_RETURN(BegunStep begun, BeginChangeSetStep(input));
   if (begun.ended) return *begun.ended;
   const ChangeSetStep& s = begun.step;
-  COHORT_ASSIGN_OR_RETURN(auto input_snap,
-                          store::Snapshot::Open(c.paths->store(), input.input_generation, c.env));
-  auto extra = WriteSuspects(c, step, input.round, input.step_index, *input.round_snap, *input_snap,
-                             *input.results, s.changes_dir);
+  auto extra = WriteSuspects(c, step, input.round, input.step_index, *input.round_snap,
+                             *s.input_snap, *input.results, s.changes_dir);
   if (!extra.ok()) return extra.status().WithContext(s.what);
   auto committed = CommitChangeSet(input, s, *extra);
   // Nothing to commit still says why (no suspect, or the oracle kept every label).
